@@ -1,0 +1,142 @@
+"""State shared by all commands of one CLI invocation, and how output is rendered.
+
+The CLI layer only parses and renders. A command calls the library, stores a
+JSON-able ``result`` on the :class:`Session`, and uses :meth:`Session.out` /
+:meth:`Session.table` for human output. With ``--json`` human output is suppressed
+and ``main`` prints one versioned envelope instead. Data goes to stdout; logs,
+progress and errors go to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from ..progress import Progress, ProgressFn
+
+JSON_SCHEMA = {"major": 1, "minor": 0}
+
+
+@dataclass
+class Session:
+    """Global options and the outcome of the command being run."""
+
+    port: str | None = None
+    baud: int | None = None
+    board: str | None = None
+    json: bool = False
+    verbose: int = 0
+    quiet: bool = False
+    color: str = "auto"
+    show_progress: bool = True
+    result: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    # --- colour -------------------------------------------------------------------
+
+    def use_color(self, stream=None) -> bool:
+        """Colour only when asked for, or on a real terminal without NO_COLOR/TERM=dumb."""
+        if self.color == "always":
+            return True
+        if self.color == "never" or os.environ.get("NO_COLOR"):
+            return False
+        if os.environ.get("TERM") == "dumb":
+            return False
+        stream = stream or sys.stdout
+        return bool(getattr(stream, "isatty", lambda: False)())
+
+    def style(self, text: str, **styles: Any) -> str:
+        return click.style(text, **styles) if self.use_color() else text
+
+    # --- human output ---------------------------------------------------------------
+
+    def out(self, text: str = "") -> None:
+        """A line of human output on stdout (suppressed by --json and -q)."""
+        if not self.json and not self.quiet:
+            click.echo(text)
+
+    def info(self, text: str) -> None:
+        """A log line on stderr (suppressed by --json and -q)."""
+        if not self.json and not self.quiet:
+            click.echo(text, err=True)
+
+    def debug(self, text: str) -> None:
+        if self.verbose and not self.json:
+            click.echo(text, err=True)
+
+    def warn(self, text: str) -> None:
+        """A warning: stderr in human mode, collected into the envelope with --json."""
+        self.warnings.append(text)
+        if not self.json:
+            click.echo(self.style("warning: ", fg="yellow") + text, err=True)
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """A plain aligned table; columns sized to their widest cell."""
+        if self.json or self.quiet:
+            return
+        cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+        for n, row in enumerate(cells):
+            line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            click.echo(self.style(line, bold=True) if n == 0 else line)
+
+    # --- progress ---------------------------------------------------------------------
+
+    def progress(self) -> ProgressFn | None:
+        """A progress listener: tqdm bars on a terminal, milestone lines in logs."""
+        if self.json or self.quiet or not self.show_progress:
+            return None
+        return _ProgressRenderer(tty=sys.stderr.isatty())
+
+
+class _ProgressRenderer:
+    """Turns :class:`Progress` events into tqdm bars (TTY) or 25 % milestone lines."""
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self._bar = None
+        self._key: tuple[str, str] | None = None
+        self._milestone = 0
+
+    def __call__(self, ev: Progress) -> None:
+        key = (ev.stage, ev.label)
+        if key != self._key:
+            self.close()
+            self._key = key
+            self._milestone = 0
+            if ev.message:
+                click.echo(ev.message, err=True)
+            if ev.total and self.tty:
+                from tqdm import tqdm
+
+                self._bar = tqdm(
+                    total=ev.total,
+                    desc=f"{ev.stage} {ev.label}".strip(),
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    leave=False,
+                    file=sys.stderr,
+                )
+        elif ev.message and not ev.total:
+            click.echo(ev.message, err=True)
+        if self._bar is not None:
+            self._bar.update(ev.done - self._bar.n)
+        elif ev.total and not self.tty:
+            pct = ev.done * 100 // ev.total
+            while self._milestone <= pct and self._milestone <= 100:
+                if self._milestone:
+                    click.echo(f"{ev.stage} {ev.label}: {self._milestone}%", err=True)
+                self._milestone += 25
+        if ev.total and ev.done >= ev.total:
+            self.close()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
