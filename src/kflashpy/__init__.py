@@ -7,3 +7,60 @@ callback (:mod:`kflashpy.progress`).
 """
 
 __version__ = "0.1.0"
+
+#: public names -> the module defining them, imported on first use so that
+#: ``import kflashpy`` stays cheap. Each area adds its own names here.
+_LAZY: dict[str, str] = {
+    # images, packages and layouts
+    "wrap_boot_image": "kflashpy.image.bootimage",
+    "unwrap_boot_image": "kflashpy.image.bootimage",
+    "parse_boot_image": "kflashpy.image.bootimage",
+    "image_info": "kflashpy.image.api",
+    "check_layout": "kflashpy.image.api",
+    "pack": "kflashpy.image.api",
+    "unpack": "kflashpy.image.api",
+    "read_kfpkg": "kflashpy.image.kfpkg",
+    "write_kfpkg": "kflashpy.image.kfpkg",
+    "plan_flash": "kflashpy.image.plan",
+    "FlashItem": "kflashpy.image.plan",
+    "FlashPlan": "kflashpy.image.plan",
+    "load_boards": "kflashpy.image.layouts",
+    "load_firmwares": "kflashpy.image.layouts",
+    "get_board": "kflashpy.image.layouts",
+    "get_firmware": "kflashpy.image.layouts",
+    "load_key": "kflashpy.image.keys",
+    # kmodels: detect, parse, describe, load_flash preparation, sealing
+    "detect_kmodel": "kflashpy.model.detect",
+    "parse_kmodel": "kflashpy.model.dispatch",
+    "model_info": "kflashpy.model.info",
+    "prep_flash": "kflashpy.model.prep",
+    "seal_bytes": "kflashpy.model.seal",
+    "unseal_bytes": "kflashpy.model.seal",
+    # the board: connect, burn, erase, load-ram, reboot
+    "connect": "kflashpy.isp.connect",
+    "burn": "kflashpy.isp.api",
+    "burn_plan": "kflashpy.isp.api",
+    "plan_burn": "kflashpy.isp.api",
+    "erase": "kflashpy.isp.api",
+    "load_ram": "kflashpy.isp.api",
+    "reboot": "kflashpy.isp.api",
+    "burn_on": "kflashpy.isp.burn",
+    "erase_on": "kflashpy.isp.burn",
+    "WriteRegion": "kflashpy.isp.burn",
+    "BurnResult": "kflashpy.isp.burn",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kflashpy' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -150,3 +150,13 @@ class NotImplementedOpError(InputError):
     """A model uses an operator the host runtime does not implement (named in message)."""
 
     kind = "not-implemented"
+
+
+# --- interrupted (exit 130) ------------------------------------------------------------
+
+
+class Interrupted(KflashError):
+    """Ctrl-C during a device operation; the message says what was and was not done."""
+
+    exit_code = EXIT_INTERRUPTED
+    kind = "interrupted"

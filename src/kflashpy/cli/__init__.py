@@ -20,7 +20,7 @@ from ..errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, KflashError
 from .session import JSON_SCHEMA, Session
 
 #: modules of this package that add commands to the ``kflashpy`` group
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["imageinfo", "pack", "layout", "burn", "sim", "compare", "model", "run"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     if session.json:
         click.echo(_envelope(session, status, error))
     elif error is not None:
-        click.echo(session.style("error: ", fg="red", bold=True) + error["message"], err=True)
+        session.echo(session.style("error: ", fg="red", bold=True) + error["message"], err=True)
         if error.get("hint"):
-            click.echo(f"  hint: {error['hint']}", err=True)
+            session.echo(f"  hint: {error['hint']}", err=True)
     return status
 
 

@@ -53,27 +53,31 @@ class Session:
     def style(self, text: str, **styles: Any) -> str:
         return click.style(text, **styles) if self.use_color() else text
 
+    def echo(self, text: str = "", err: bool = False) -> None:
+        """``click.echo`` that keeps colours when ``--color always`` (click strips them off a TTY)."""
+        click.echo(text, err=err, color=True if self.color == "always" else None)
+
     # --- human output ---------------------------------------------------------------
 
     def out(self, text: str = "") -> None:
         """A line of human output on stdout (suppressed by --json and -q)."""
         if not self.json and not self.quiet:
-            click.echo(text)
+            self.echo(text)
 
     def info(self, text: str) -> None:
         """A log line on stderr (suppressed by --json and -q)."""
         if not self.json and not self.quiet:
-            click.echo(text, err=True)
+            self.echo(text, err=True)
 
     def debug(self, text: str) -> None:
         if self.verbose and not self.json:
-            click.echo(text, err=True)
+            self.echo(text, err=True)
 
     def warn(self, text: str) -> None:
         """A warning: stderr in human mode, collected into the envelope with --json."""
         self.warnings.append(text)
         if not self.json:
-            click.echo(self.style("warning: ", fg="yellow") + text, err=True)
+            self.echo(self.style("warning: ", fg="yellow") + text, err=True)
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         """A plain aligned table; columns sized to their widest cell."""
@@ -83,7 +87,7 @@ class Session:
         widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
         for n, row in enumerate(cells):
             line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-            click.echo(self.style(line, bold=True) if n == 0 else line)
+            self.echo(self.style(line, bold=True) if n == 0 else line)
 
     # --- progress ---------------------------------------------------------------------
 

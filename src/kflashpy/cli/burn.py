@@ -1,0 +1,255 @@
+"""``burn``, ``erase``, ``load-ram``, ``reboot``, ``ports``: the commands that touch a board."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import click
+
+from ..errors import InputError, UsageError
+from ..isp import api
+from ..isp.ports import candidates
+from ..units import fmt_addr, fmt_size
+from .session import Session
+from .types import ADDRESS, pairs
+
+
+def connection_options(f):
+    """Options shared by every command that connects to a board."""
+    f = click.option(
+        "--rom-baud",
+        type=int,
+        metavar="BAUD",
+        help="Ask the boot ROM for this rate before uploading (fast mode; not all boards).",
+    )(f)
+    f = click.option(
+        "--reset-seq",
+        metavar="SEQ",
+        help="Custom DTR/RTS sequence, e.g. 'D0 R0 W0.1 R1 W0.1 R0 D1 W0.1'; 'none' = reset by hand.",
+    )(f)
+    return f
+
+
+def stub_option(f):
+    return click.option(
+        "--stub",
+        metavar="NAME|FILE",
+        help="Stage-2 flasher: 'kflash' (from the installed kflash package) or a "
+        "kflash-compatible binary.",
+    )(f)
+
+
+def _trace(s: Session):
+    if s.verbose < 2 or s.json:
+        return None
+
+    def trace(direction: str, frame: bytes) -> None:
+        more = "..." if len(frame) > 32 else ""
+        click.echo(f"{direction} [{len(frame):5d}] {frame[:32].hex(' ')}{more}", err=True)
+
+    return trace
+
+
+def _connection(s: Session, reset_seq, rom_baud, **extra) -> dict:
+    """Keyword arguments that say how to reach the board, from the global options."""
+    return dict(
+        port=s.port,
+        board=s.board,
+        reset_sequence=reset_seq,
+        rom_baud=rom_baud,
+        trace=_trace(s),
+        **extra,
+    )
+
+
+def _is_kfpkg(path: str) -> bool:
+    if path.lower().endswith(".kfpkg"):
+        return True
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return "flash-list.json" in zf.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _inputs(args: tuple[str, ...], addr: int | None) -> tuple[list[tuple[int, str]], str | None]:
+    """(ADDR, FILE) pairs and an optional kfpkg from the positional arguments."""
+    if addr is not None:
+        if len(args) != 1:
+            raise UsageError(
+                "--addr takes exactly one FILE", "kflashpy burn model.kmodel --addr 0x300000"
+            )
+        return [(addr, args[0])], None
+    if len(args) == 1:
+        if _is_kfpkg(args[0]):
+            return [], args[0]
+        raise UsageError(
+            f"{args[0]}: where should it go?",
+            "give --addr (kflashpy burn FILE --addr 0x300000), or ADDR FILE pairs",
+        )
+    return pairs(args), None
+
+
+@click.command("burn")
+@click.argument("args", nargs=-1, metavar="[FILE --addr ADDR | ADDR FILE... | PKG.kfpkg]")
+@click.option("--addr", type=ADDRESS, help="Flash address for a single FILE.")
+@click.option(
+    "--firmware",
+    type=click.Path(dir_okay=False),
+    help="Firmware binary to wrap as a boot image and burn at 0.",
+)
+@click.option("--layout", metavar="NAME|TOML", help="Firmware layout to check against (maixpy...).")
+@click.option("--force", is_flag=True, help="Burn despite collision warnings (never errors).")
+@click.option(
+    "--reboot/--no-reboot", default=True, show_default=True, help="Start the program afterwards."
+)
+@stub_option
+@connection_options
+@click.pass_obj
+def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, reset_seq, rom_baud):
+    """Burn files, ADDR FILE pairs or a kfpkg to flash.
+
+    \b
+    kflashpy -p /dev/ttyUSB0 burn model.kmodel --addr 0x300000
+    kflashpy burn 0 maixpy.bin 0x300000 model.kmodel
+    kflashpy burn --firmware maixpy.bin 0x300000 model.kmodel
+    kflashpy burn app_with_model.kfpkg
+
+    The layout check runs before the port is opened. Every frame is CRC-checked by the
+    board and acknowledged; the kflash flasher cannot read flash back, so that is all
+    that is verified (said so in the result).
+    """
+    files, kfpkg = _inputs(args, addr) if args else ([], None)
+    plan = api.plan_burn(
+        files, kfpkg=kfpkg, firmware=firmware, board=s.board, layout=layout, force=force
+    )
+    for f in plan.warnings:
+        s.warn(f.message)
+    for r in plan.writes:
+        s.info(f"{r.label}: {fmt_size(r.size)} at {fmt_addr(r.address)}")
+    result = api.burn_plan(
+        plan,
+        reboot=reboot,
+        progress=s.progress(),
+        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+    )
+    for note in result.notes:
+        s.info(note)
+    for r in result.regions:
+        s.out(r.summary())
+    s.out(
+        f"verified: {'on-board SHA-256' if result.verification == 'sha256' else 'per-frame CRC-32 only (no read-back)'}"
+        + (f"; rebooted ({result.rebooted})" if result.rebooted else "; left in ISP mode")
+    )
+    s.result = {**result.to_dict(), "findings": [f.to_dict() for f in plan.findings]}
+
+
+@click.command("erase")
+@click.option("--addr", type=ADDRESS, help="Start (multiple of 4 KiB).")
+@click.option("--size", type=ADDRESS, help="Bytes to erase (multiple of 4 KiB).")
+@click.option("--all", "whole", is_flag=True, help="Erase the whole chip.")
+@click.option("--reboot/--no-reboot", default=False, show_default=True)
+@stub_option
+@connection_options
+@click.pass_obj
+def erase_cmd(s: Session, addr, size, whole, reboot, stub, reset_seq, rom_baud):
+    """Erase a flash region (--addr --size) or the whole chip (--all)."""
+    if whole == (addr is not None or size is not None):
+        raise UsageError("give either --addr and --size, or --all")
+    if not whole and (addr is None or size is None):
+        raise UsageError("--addr and --size go together")
+    res = api.erase(
+        addr,
+        size,
+        reboot=reboot,
+        progress=s.progress(),
+        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+    )
+    for note in res.notes:
+        s.info(note)
+    what = "whole chip" if whole else f"{fmt_size(size)} at {fmt_addr(addr)}"
+    s.out(f"erased {what} ({res.method}) in {res.seconds:.2f} s")
+    s.result = {
+        "port": res.port,
+        "address": addr,
+        "size": size,
+        "all": whole,
+        "method": res.method,
+        "seconds": round(res.seconds, 4),
+        "rebooted": res.rebooted or None,
+    }
+
+
+@click.command("load-ram")
+@click.argument("program", type=click.Path(dir_okay=False))
+@click.option(
+    "--addr",
+    type=ADDRESS,
+    default=0x80000000,
+    show_default="0x80000000",
+    help="Load address of a raw binary (ELF files carry their own).",
+)
+@connection_options
+@click.pass_obj
+def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
+    """Load a program (.bin or .elf) into SRAM through the boot ROM and run it."""
+    if not Path(program).is_file():
+        raise InputError(f"{program}: no such file")
+    res = api.load_ram(
+        program, address=addr, progress=s.progress(), **_connection(s, reset_seq, rom_baud)
+    )
+    for note in res.notes:
+        s.info(note)
+    s.out(f"loaded {fmt_size(res.size)} in {res.seconds:.2f} s; running from {fmt_addr(res.entry)}")
+    s.result = {
+        "port": res.port,
+        "entry": res.entry,
+        "size": res.size,
+        "seconds": round(res.seconds, 4),
+    }
+
+
+@click.command("reboot")
+@click.option("--reset-seq", metavar="SEQ", help="Custom DTR/RTS sequence for entering ISP.")
+@click.pass_obj
+def reboot_cmd(s: Session, reset_seq):
+    """Reset the board into its flashed program."""
+    how = api.reboot(port=s.port, board=s.board, reset_sequence=reset_seq, trace=_trace(s))
+    s.out(f"rebooted ({how})" if how != "manual" else "press the board's RESET button")
+    s.result = {"rebooted": how}
+
+
+@click.command("ports")
+@click.pass_obj
+def ports_cmd(s: Session):
+    """List serial ports with a USB bridge K210 boards use."""
+    found = candidates()
+    if found:
+        s.table(
+            ["port", "bridge", "usb id", "serial"],
+            [
+                (c.device, c.bridge, f"{c.vid:04X}:{c.pid:04X}", c.serial_number or "")
+                for c in found
+            ],
+        )
+    else:
+        s.info("no K210-style USB serial bridge found")
+    s.result = {
+        "ports": [
+            {
+                "device": c.device,
+                "bridge": c.bridge,
+                "vid": c.vid,
+                "pid": c.pid,
+                "interface": c.interface,
+                "serial_number": c.serial_number,
+            }
+            for c in found
+        ]
+    }
+
+
+def register(group: click.Group) -> None:
+    for cmd in (burn_cmd, erase_cmd, load_ram_cmd, reboot_cmd, ports_cmd):
+        group.add_command(cmd)

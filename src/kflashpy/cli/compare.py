@@ -1,0 +1,268 @@
+"""``compare``, ``board-info``, ``repl-verify``: commands that talk to a running MaixPy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import CompareMismatch, InputError, UsageError, VerifyError
+from ..units import fmt_addr, fmt_size
+from .session import Session
+from .types import ADDRESS
+
+#: boards whose RESET is on DTR (maixpy_runtime_side.md §4.3); the others use RTS
+DTR_RESET_BOARDS = frozenset({"go", "goe", "maix-go", "maixduino", "amigo", "maix-amigo"})
+
+
+def repl_options(f):
+    """Options of every command that drives the MaixPy REPL."""
+    f = click.option(
+        "--timeout",
+        type=float,
+        default=10.0,
+        show_default=True,
+        help="Seconds of silence from the board before giving up.",
+    )(f)
+    f = click.option(
+        "--reset-line",
+        type=click.Choice(["rts", "dtr"]),
+        help="Modem line wired to RESET (default from -B: dtr for Go/Maixduino/Amigo, else rts).",
+    )(f)
+    f = click.option(
+        "--wait-reset",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="If a boot.py ignores Ctrl-C, wait this long for you to press RESET.",
+    )(f)
+    f = click.option(
+        "--reset",
+        is_flag=True,
+        help="Reset the board first and interrupt _boot.py (skips boot.py and main.py).",
+    )(f)
+    return f
+
+
+def _port(s: Session) -> str:
+    if not s.port:
+        raise UsageError("this command needs the board's port", "give -p/--port (or KFLASHPY_PORT)")
+    return s.port
+
+
+def _trace(s: Session):
+    if s.verbose < 2 or s.json:
+        return None
+
+    def trace(direction: str, data: bytes) -> None:
+        click.echo(f"{direction} {data[:120]!r}{'...' if len(data) > 120 else ''}", err=True)
+
+    return trace
+
+
+def _open(s: Session, reset: bool, wait_reset: float, reset_line: str | None, timeout: float):
+    from ..maixpy.repl import open_repl
+
+    line = reset_line or ("dtr" if (s.board or "").lower() in DTR_RESET_BOARDS else "rts")
+    if wait_reset > 0 and not s.json:
+        s.info(f"if the board does not answer, press its RESET button (waiting {wait_reset:g} s)")
+    return open_repl(
+        _port(s),
+        baud=s.baud or 115200,
+        reset=reset,
+        reset_line=line,
+        wait_reset=wait_reset,
+        timeout=timeout,
+        trace=_trace(s),
+    )
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def register(group: click.Group) -> None:
+    @group.command("compare")
+    @click.argument("model", type=click.Path(dir_okay=False))
+    @click.option("--addr", type=ADDRESS, help="Flash address the model is burned at.")
+    @click.option("--load-flash", is_flag=True, help="Load with kpu.load_flash (swapped model).")
+    @click.option("--path", "board_path", help="Model file on the board, e.g. /sd/m.kmodel.")
+    @click.option(
+        "--input",
+        "input_spec",
+        required=True,
+        help="Image (W x H of the model), .npy, '1.0,2.5,...' floats, or random[:SEED].",
+    )
+    @click.option("--atol", type=float, default=1e-5, show_default=True, help="Float outputs.")
+    @click.option("--rtol", type=float, default=1e-5, show_default=True, help="Float outputs.")
+    @click.option("--bisect", is_flag=True, help="V3: find the first differing layer.")
+    @click.option(
+        "--no-check-model",
+        is_flag=True,
+        help="Skip the hash check that the board holds MODEL where it loads it.",
+    )
+    @click.option(
+        "--host-opt",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Host runtime run option, e.g. rounding=sdk or segment='>='.",
+    )
+    @repl_options
+    @click.pass_obj
+    def compare_cmd(
+        s: Session,
+        model,
+        addr,
+        load_flash,
+        board_path,
+        input_spec,
+        atol,
+        rtol,
+        bisect,
+        no_check_model,
+        host_opt,
+        reset,
+        wait_reset,
+        reset_line,
+        timeout,
+    ):
+        """Run MODEL on the board (MaixPy REPL) and on the host; compare every output.
+
+        Integer (raw KPU) outputs must match exactly, float outputs within
+        --atol + --rtol*|host|. Exit 3 when an output differs.
+
+        \b
+        kflashpy -p /dev/ttyUSB0 compare mnist.kmodel --addr 0x300000 --input digit.png
+        kflashpy -p /dev/ttyUSB0 compare m.kmodel --path /sd/m.kmodel --input random:1 --bisect
+        """
+        from ..maixpy.compare import LoadSpec, compare
+
+        spec = LoadSpec(addr=addr, path=board_path, load_flash=load_flash)
+        try:
+            data = Path(model).read_bytes()
+        except OSError as e:
+            raise InputError(f"{model}: cannot read ({e.strerror})", "check the path") from None
+        options = {}
+        for item in host_opt:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise UsageError(f"--host-opt {item!r} is not KEY=VALUE", "e.g. rounding=sdk")
+            options[key] = value
+        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+            rep = compare(
+                repl,
+                data,
+                spec,
+                input_spec,
+                model_name=model,
+                atol=atol,
+                rtol=rtol,
+                bisect=bisect,
+                check_model=not no_check_model,
+                host_options=options,
+                progress=s.progress(),
+            )
+        s.result = rep.as_dict()
+        s.out(
+            f"{model} (kmodel V{rep.version}) via {rep.load}, input {rep.input} ({rep.input_kind})"
+        )
+        for note in rep.notes:
+            s.warn(note)
+        s.table(
+            [
+                "out",
+                "shape",
+                "dtype",
+                "max |diff|",
+                "mean |diff|",
+                "mismatches",
+                "tolerance",
+                "verdict",
+            ],
+            [
+                [
+                    d.index,
+                    "x".join(map(str, d.shape)),
+                    d.dtype,
+                    _fmt(d.max_abs),
+                    _fmt(d.mean_abs),
+                    f"{d.mismatches}/{d.elements}",
+                    "exact" if d.atol == d.rtol == 0 else f"{_fmt(d.atol)}+{_fmt(d.rtol)}*|h|",
+                    "ok" if d.passed else "DIFFERS",
+                ]
+                for d in rep.outputs
+            ],
+        )
+        for d in rep.outputs:
+            if d.problem:
+                s.out(f"  output {d.index}: {d.problem}")
+            for m in d.first:
+                pos = ",".join(map(str, m.position))
+                s.out(
+                    f"  output {d.index} [{pos}] (element {m.index}, byte {m.byte_offset}): "
+                    f"board {_fmt(m.board)} host {_fmt(m.host)}"
+                )
+        if rep.bisect is not None:
+            b = rep.bisect
+            s.out(
+                f"bisect: first differing layer {b.layer} ({b.name}) of {b.layers}, "
+                f"{b.diff.mismatches} element(s) differ ({b.steps} board runs)"
+            )
+        if not rep.passed:
+            bad = [str(d.index) for d in rep.outputs if not d.passed]
+            raise CompareMismatch(
+                f"board and host differ in output(s) {', '.join(bad)} of {model}",
+                "rerun with --bisect (V3) to find the first differing layer; see docs/compare.md",
+            )
+        s.out("board and host agree")
+
+    @group.command("board-info")
+    @repl_options
+    @click.pass_obj
+    def board_info_cmd(s: Session, reset, wait_reset, reset_line, timeout):
+        """Firmware version, free heap and kmodel V4 support of a running MaixPy."""
+        from ..maixpy.board import board_info
+
+        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+            info = board_info(repl)
+        s.result = info.as_dict()
+        s.table(
+            ["field", "value"],
+            [
+                ["platform", info.platform],
+                ["firmware", info.version],
+                ["machine", info.machine],
+                ["GC heap free", fmt_size(info.gc_free)],
+                ["system heap free", fmt_size(info.heap_free) if info.heap_free >= 0 else "?"],
+                ["kmodel V4", "yes" if info.kmodel_v4 else "no (V3 only)"],
+            ],
+        )
+
+    @group.command("repl-verify")
+    @click.argument("file", type=click.Path(dir_okay=False))
+    @click.option("--addr", type=ADDRESS, required=True, help="Flash address FILE was burned at.")
+    @repl_options
+    @click.pass_obj
+    def repl_verify_cmd(s: Session, file, addr, reset, wait_reset, reset_line, timeout):
+        """Check FILE against flash at ADDR by SHA-256, through MaixPy (no ISP mode).
+
+        The board hashes its flash (Maix.utils.flash_read + uhashlib); exit 3 if it differs.
+        """
+        from ..maixpy.board import verify_region
+
+        try:
+            data = Path(file).read_bytes()
+        except OSError as e:
+            raise InputError(f"{file}: cannot read ({e.strerror})", "check the path") from None
+        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+            res = verify_region(repl, addr, data)
+        s.result = res.as_dict()
+        if not res.match:
+            raise VerifyError(
+                f"{file}: flash at {fmt_addr(addr)} ({fmt_size(len(data))}) differs from the file "
+                f"(board sha256 {res.sha256_board[:16]}..., file {res.sha256_file[:16]}...)",
+                "burn it again; for kpu.load_flash models burn the word-swapped file",
+            )
+        s.out(
+            f"{file}: {fmt_size(len(data))} at {fmt_addr(addr)} matches (sha256 {res.sha256_board[:16]}...)"
+        )

@@ -1,0 +1,283 @@
+"""``check-layout`` and ``boards``: what a burn would do to the flash, and the known boards."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import click
+
+from ..errors import InputError
+from ..image.api import is_package
+from ..image.kfpkg import read_kfpkg
+from ..image.layouts import load_boards, load_firmwares
+from ..image.plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
+from ..units import fmt_addr, fmt_size, parse_int
+from .session import Session
+from .types import ADDRESS
+
+_MARK = {"error": "ERROR", "warning": "warn", "info": "ok"}
+
+
+def exact_size(n: int) -> str:
+    """``1,572,901 B`` (table cells: exact, no approximation)."""
+    return f"{n:,} B"
+
+
+def short_size(n: int) -> str:
+    """``1.50 MiB`` (table cells: approximate)."""
+    return fmt_size(n).split(" (")[-1].rstrip(")")
+
+
+def parse_specs(args: tuple[str, ...]) -> list[tuple[int, str] | str]:
+    """``ADDR FILE`` pairs and package paths, in order (a package needs no address)."""
+    specs: list[tuple[int, str] | str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        try:
+            address = parse_int(token, "address")
+        except InputError:
+            if not is_package(token):
+                raise InputError(
+                    f"{token!r} is neither an address nor a .kfpkg package",
+                    "give ADDR FILE pairs (0x300000 model.kmodel) and/or package files",
+                ) from None
+            specs.append(token)
+            i += 1
+            continue
+        if i + 1 >= len(args):
+            raise InputError(f"address {token} has no file after it", "give ADDR FILE pairs")
+        specs.append((address, args[i + 1]))
+        i += 2
+    if not specs:
+        raise InputError("nothing to check", "give ADDR FILE pairs and/or .kfpkg files")
+    return specs
+
+
+def build_items(
+    specs: list[tuple[int, str] | str],
+    *,
+    prefix_at: tuple[int, ...] = (),
+    raw_at: tuple[int, ...] = (),
+    kpu_load: tuple[int, ...] = (),
+    load_flash: tuple[int, ...] = (),
+    dio: bool = True,
+) -> list[FlashItem]:
+    """Items from specs, with the per-address options applied."""
+    both = set(prefix_at) & set(raw_at) or set(kpu_load) & set(load_flash)
+    if both:
+        raise InputError(f"contradicting options for address {fmt_addr(min(both))}")
+    items: list[FlashItem] = []
+    for spec in specs:
+        if isinstance(spec, tuple):
+            items.append(FlashItem.from_file(*spec, dio=dio))
+        else:
+            items += items_from_kfpkg(read_kfpkg(spec), dio=dio)
+    for item in items:
+        if item.address in prefix_at:
+            item.prefix = True
+        elif item.address in raw_at:
+            item.prefix = False
+        if item.address in kpu_load:
+            item.loader = "kpu.load"
+        elif item.address in load_flash:
+            item.loader = "load_flash"
+    known = {it.address for it in items}
+    for opt, addrs in (("--kpu-load", kpu_load), ("--load-flash", load_flash)):
+        for a in addrs:
+            if a not in known:
+                raise InputError(f"{opt} {fmt_addr(a)}: no file at that address")
+    return items
+
+
+def render_plan(s: Session, plan: FlashPlan) -> None:
+    """The region table and the findings, on stdout."""
+    rank = list(_MARK.values())[::-1]  # ok < warn < ERROR
+    status: dict[str, str] = {}
+    for f in plan.findings:
+        for label in f.subjects:
+            status[label] = max(status.get(label, "ok"), _MARK[f.severity], key=rank.index)
+    rows = []
+    for r in sorted(plan.regions, key=lambda r: (r.address, r.end)):
+        fs, fe = r.footprint
+        kind = r.content.label + (" -> boot image" if r.prefix else "")
+        rows.append(
+            (
+                r.range_text,
+                exact_size(r.size),
+                exact_size(fe - fs),
+                r.label + (" (on board)" if r.resident else ""),
+                kind,
+                status.get(r.label, "ok"),
+            )
+        )
+    if plan.layout:
+        for res in plan.layout.reserved_regions:
+            rows.append(
+                (
+                    f"{fmt_addr(res.start)}-{fmt_addr(res.end - 1)}",
+                    exact_size(res.size),
+                    "",
+                    f"[{res.name}]",
+                    f"reserved: {res.kind}",
+                    "",
+                )
+            )
+    s.table(("range", "size", "footprint", "file", "content", "status"), rows)
+    for f in plan.findings:
+        colour = {"error": "red", "warning": "yellow", "info": "green"}[f.severity]
+        s.out(s.style(f"{f.severity}:", fg=colour) + f" {f.message}")
+        if f.hint and f.severity != "info":
+            s.out(f"  hint: {f.hint}")
+
+
+def plan_options(f):
+    """Options shared by check-layout and pack."""
+    for opt in reversed(
+        [
+            click.option(
+                "--board", "board_name", help="Board profile (flash size); default: -B or generic."
+            ),
+            click.option(
+                "--layout",
+                help="Firmware layout (maixpy, maixpy-minimum, kboot, sdk...) or a .toml file.",
+            ),
+            click.option(
+                "--prefix-at",
+                multiple=True,
+                type=ADDRESS,
+                metavar="ADDR",
+                help="Wrap the file at ADDR as firmware (sha256Prefix true).",
+            ),
+            click.option(
+                "--raw-at",
+                multiple=True,
+                type=ADDRESS,
+                metavar="ADDR",
+                help="Write the file at ADDR raw (sha256Prefix false).",
+            ),
+            click.option(
+                "--kpu-load",
+                multiple=True,
+                type=ADDRESS,
+                metavar="ADDR",
+                help="The model at ADDR is loaded with kpu.load (plain form).",
+            ),
+            click.option(
+                "--load-flash",
+                multiple=True,
+                type=ADDRESS,
+                metavar="ADDR",
+                help="The model at ADDR is loaded with kpu.load_flash (word-swapped form).",
+            ),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
+@click.command("check-layout")
+@click.argument("specs", nargs=-1, required=True, metavar="[ADDR FILE | PKG.kfpkg]...")
+@plan_options
+@click.option(
+    "--firmware",
+    "firmware_file",
+    type=click.Path(dir_okay=False),
+    help="The firmware on the board (its real size is checked).",
+)
+@click.option(
+    "--min-headroom",
+    type=ADDRESS,
+    default=DEFAULT_MIN_HEADROOM,
+    show_default=True,
+    help="Warn when the firmware can grow less than this.",
+)
+@click.option("--force", is_flag=True, help="Exit 0 even when there are errors.")
+@click.pass_obj
+def check_layout_cmd(
+    s: Session,
+    specs,
+    board_name,
+    layout,
+    prefix_at,
+    raw_at,
+    kpu_load,
+    load_flash,
+    firmware_file,
+    min_headroom,
+    force,
+) -> None:
+    """Check what burning the given files would do to the flash, before burning.
+
+    For each file: its range, the bytes really written (boot-image wrapper and AES
+    padding included), its footprint in 4 KiB erase sectors and the content kind read
+    from its bytes. Findings: overlaps (naming both files and ranges), shared erase
+    sectors, past the end of flash, unaligned addresses, reserved regions (SPIFFS),
+    firmware growth room, kmodel versions and forms the firmware cannot load.
+    Exit 2 when there is an error.
+
+    Example: kflashpy check-layout 0 maixpy.bin 0x300000 model.kmodel --layout maixpy
+    """
+    items = build_items(
+        parse_specs(specs),
+        prefix_at=prefix_at,
+        raw_at=raw_at,
+        kpu_load=kpu_load,
+        load_flash=load_flash,
+    )
+    resident = FlashItem.from_file(0, firmware_file) if firmware_file else None
+    plan = plan_flash(
+        items,
+        board=board_name or s.board,
+        layout=layout,
+        firmware=resident,
+        min_headroom=min_headroom,
+    )
+    s.result = plan.to_dict()
+    render_plan(s, plan)
+    plan.raise_on_errors(force)
+
+
+@click.command("boards")
+@click.option("--firmwares", is_flag=True, help="List firmware layouts instead of boards.")
+@click.pass_obj
+def boards_cmd(s: Session, firmwares: bool) -> None:
+    """List board profiles (for -B/--board) or firmware layouts (for --layout)."""
+    if firmwares:
+        fws = load_firmwares()
+        s.table(
+            ("id", "kmodels", "typical size", "reserved", "name"),
+            [
+                (
+                    f.id,
+                    "/".join(f"V{v}" for v in f.kmodel_versions) or "-",
+                    short_size(f.typical_size),
+                    ", ".join(f"{r.name}@{fmt_addr(r.start)}" for r in f.reserved_regions) or "-",
+                    f.name,
+                )
+                for f in fws.values()
+            ],
+        )
+        s.result = {"firmwares": {f.id: asdict(f) for f in fws.values()}}
+        return
+    boards = load_boards()
+    s.table(
+        ("id", "aliases", "flash", "reset wiring", "max baud", "name"),
+        [
+            (
+                b.id,
+                ",".join(b.aliases),
+                short_size(b.flash_size),
+                b.wiring.name if b.wiring else "auto: " + "/".join(w.name for w in b.auto_wirings),
+                b.max_baud,
+                b.name,
+            )
+            for b in boards.values()
+        ],
+    )
+    s.result = {"boards": {b.id: asdict(b) for b in boards.values()}}
+
+
+def register(group: click.Group) -> None:
+    group.add_command(check_layout_cmd)
+    group.add_command(boards_cmd)

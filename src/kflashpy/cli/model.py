@@ -1,0 +1,251 @@
+"""``kflashpy model ...``: describe, prepare for load_flash, seal and unseal kmodels."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import InputError, UsageError
+from ..image.fileio import write_atomic
+from ..units import fmt_size
+from .session import Session
+from .types import ADDRESS
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}", "check the path") from None
+
+
+def _shape(shape: Any) -> str:
+    return "x".join(str(d) for d in shape) if shape else "-"
+
+
+@click.group("model")
+def model_group() -> None:
+    """kmodel files: info, prep-flash (kpu.load_flash), seal/unseal, keygen."""
+
+
+# --- info -------------------------------------------------------------------------------
+
+
+def _render_info(s: Session, r: dict[str, Any]) -> None:
+    fmt = r["format"]
+    if fmt.get("opaque"):
+        s.out(f"{r['file']}: MaixHub .{fmt['kind']} (encrypted, opaque), {fmt_size(r['size'])}")
+    else:
+        extra = " (load_flash word-swapped)" if fmt["swapped"] else ""
+        s.out(f"{r['file']}: kmodel V{fmt['version']}{extra}, {fmt_size(r['size'])}")
+        s.out(f"  producer: {fmt['producer']}")
+        if "layers" not in r:  # recognised but not parsed (V1, later versions)
+            _render_verdicts(s, r)
+            return
+        for key in ("target", "weights_bits", "modules"):
+            if key in fmt:
+                value = fmt[key]
+                value = ", ".join(value) if isinstance(value, list) else value
+                s.out(f"  {key.replace('_', ' ')}: {value}")
+        for kind in ("inputs", "outputs"):
+            s.out(f"{kind}:")
+            s.table(
+                ["  name", "shape", "type", "memory", "start", "bytes"],
+                [[f"  {t['name']}", _shape(t["shape"]), t["dtype"], t["memory"], t["start"],
+                  t["size"]] for t in r[kind]],
+            )  # fmt: skip
+        s.out("layers:")
+        s.table(
+            ["  #", "op", "device", "in", "out", "kernel", "pool", "act", "body", "kpu ram end"],
+            [[f"  {row['index']}", row["op"], row.get("device", ""),
+              _shape(row.get("in_shape")), _shape(row.get("out_shape")), row.get("kernel", ""),
+              row.get("pool", ""), row.get("activation", "") or row.get("detail", ""),
+              row.get("body_size", ""), row.get("kpu_ram_end", "")] for row in r["layers"]],
+        )  # fmt: skip
+        m = r["memory"]
+        s.out("memory:")
+        s.out(f"  main memory        {fmt_size(m['main_mem'])}")
+        s.out(f"  KPU RAM peak       {fmt_size(m['kpu_ram_peak'])} of {fmt_size(m['kpu_ram_limit'])}")  # fmt: skip
+        s.out(f"  model size         {fmt_size(m['model_size'])} (file {fmt_size(m['file_size'])})")  # fmt: skip
+        s.out(f"  header end         {m['header_end']} B")
+        s.out(f"  largest body       {fmt_size(m['largest_body'])}")
+        s.out(f"  RAM kpu.load       ~{fmt_size(m['kpu_load'])}")
+        if "load_flash_single" in m:
+            s.out(f"  RAM load_flash     ~{fmt_size(m['load_flash_single'])} single buffer, "
+                  f"~{fmt_size(m['load_flash_dual'])} dual buffer")  # fmt: skip
+    _render_verdicts(s, r)
+
+
+def _render_verdicts(s: Session, r: dict[str, Any]) -> None:
+    s.out("firmwares:")
+    s.table(
+        ["  firmware", "loads", "why"],
+        [[f"  {v['firmware']}", v["loads"], v["why"]] for v in r["firmwares"]],
+    )
+    for note in r.get("notes", []):
+        s.out(f"note: {note}")
+
+
+@model_group.command("info")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.pass_obj
+def info_cmd(s: Session, file: str) -> None:
+    """Version, inputs/outputs, per-layer table, memory needs and per-firmware verdicts.
+
+    Works on plain and load_flash word-swapped files; MaixHub .smodel/.emodel files
+    are recognised and reported as opaque. --json gives every field.
+    """
+    from ..model.info import model_info
+
+    report = model_info(_read(file), file)
+    s.result = report
+    _render_info(s, report)
+
+
+# --- prep-flash ----------------------------------------------------------------------------
+
+
+@model_group.command("prep-flash")
+@click.argument("input_file", metavar="IN", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write.")  # fmt: skip
+@click.option("--unswap", is_flag=True, help="The input is already swapped: write the plain file.")
+@click.option("--force", is_flag=True, help="Swap even if the input already looks swapped.")
+@click.option("-a", "--address", type=ADDRESS, default="0x600000", show_default=True,
+              help="Flash address you will burn it at (for the printed MaixPy call).")  # fmt: skip
+@click.option("--spi-speed", type=int, default=60_000_000, show_default=True,
+              help="SPI clock in Hz for the printed call (at most 80 MHz).")  # fmt: skip
+@click.option("--firmware", "firmware_name", default="maixpy", show_default=True,
+              help="Firmware layout whose typical free heap decides single/dual buffer.")  # fmt: skip
+@click.pass_obj
+def prep_flash_cmd(
+    s: Session, input_file, output, unswap, force, address, spi_speed, firmware_name
+) -> None:
+    """Word-swap a V3/V4 kmodel for kpu.load_flash, after checking it is safe.
+
+    Refuses V5 (no MaixPy loader), MaixHub models (opaque), headers longer than
+    4096 bytes and bodies at offsets that are not multiples of 4, and an input that
+    is already swapped (unless --force; --unswap gives the plain file back).
+    Burn the output raw (no sha256 prefix) and load it with the printed call.
+    """
+    from ..image.layouts import get_firmware
+    from ..model.prep import MAX_SPI_SPEED, prep_flash
+
+    if not 0 < spi_speed <= MAX_SPI_SPEED:
+        raise UsageError(f"--spi-speed {spi_speed}: must be 1..{MAX_SPI_SPEED} Hz")
+    if address <= 0:
+        raise UsageError("--address must be > 0 (kpu.load_flash refuses address 0)")
+    prep = prep_flash(_read(input_file), input_file, unswap_input=unswap, force=force)
+    write_atomic(output, prep.data)
+    for w in prep.warnings:
+        s.warn(w)
+    result: dict[str, Any] = {"input": input_file, "output": output, **prep.to_dict()}
+    if prep.direction == "unswap":
+        s.result = result
+        s.out(f"wrote {output}: plain kmodel V{prep.version} ({fmt_size(len(prep.data))})")
+        return
+    fw = get_firmware(firmware_name)
+    heap = fw.typical_free_heap
+    dual = heap is None or prep.ram["load_flash_dual"] <= heap
+    call = prep.call(address, dual, spi_speed)
+    result.update(address=address, dual_buffer=dual, call=call, firmware=fw.id)
+    s.result = result
+    s.out(f"wrote {output}: kmodel V{prep.version}, word-swapped for kpu.load_flash "
+          f"({fmt_size(len(prep.data))})")  # fmt: skip
+    s.out(f"burn it raw (no sha256 prefix) at 0x{address:x}, then on the board:")
+    s.out(f"  task = {call}")
+    need = prep.ram["load_flash_dual" if dual else "load_flash_single"]
+    s.out(f"RAM needed: ~{fmt_size(need)} ({'dual' if dual else 'single'} buffer; "
+          f"single ~{fmt_size(prep.ram['load_flash_single'])}, "
+          f"dual ~{fmt_size(prep.ram['load_flash_dual'])}, "
+          f"kpu.load ~{fmt_size(prep.ram['kpu_load'])})")  # fmt: skip
+    if heap is not None and prep.ram["load_flash_single"] > heap:
+        s.warn(f"even single buffer needs more than the ~{fmt_size(heap)} typical free heap "
+               f"of {fw.id}")  # fmt: skip
+
+
+# --- seal / unseal / keygen ----------------------------------------------------------------
+
+
+def _key_options(f):
+    f = click.option("--key-hex", metavar="HEX",
+                     help="Key as 64 hex digits (visible to other users in `ps`; avoid).")(f)  # fmt: skip
+    f = click.option("--key-env", metavar="NAME",
+                     help="Environment variable holding the key (default KFLASHPY_SEAL_KEY).")(f)  # fmt: skip
+    f = click.option("--key-file", type=click.Path(dir_okay=False),
+                     help="File with the 32-byte key (raw or 64 hex digits).")(f)  # fmt: skip
+    return f
+
+
+def _key(key_file, key_env, key_hex) -> bytes:
+    from ..model.seal import DEFAULT_KEY_ENV, load_seal_key
+
+    if key_file is None and key_env is None and key_hex is None and DEFAULT_KEY_ENV in os.environ:
+        key_env = DEFAULT_KEY_ENV
+    return load_seal_key(hex_text=key_hex, file=key_file, env=key_env)
+
+
+@model_group.command("seal")
+@click.argument("input_file", metavar="IN", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Sealed file to write.")  # fmt: skip
+@_key_options
+@click.pass_obj
+def seal_cmd(s: Session, input_file, output, key_file, key_env, key_hex) -> None:
+    """Encrypt and authenticate a file (kmodel, MaixHub model, kfpkg...) with a 256-bit key.
+
+    AES-256-CBC + HMAC-SHA-256 (encrypt-then-MAC, keys derived per file); format in
+    docs/sealed-model.md. Unseal with `kflashpy model unseal` or, on a MaixPy board,
+    with the kseal.py helper shipped in kflashpy/model/board/.
+    """
+    from ..model.seal import read_header, seal_bytes
+
+    key = _key(key_file, key_env, key_hex)
+    blob = seal_bytes(_read(input_file), key, name=input_file)
+    write_atomic(output, blob)
+    head = read_header(blob, output)
+    s.result = {"input": input_file, "output": output, "size": len(blob), **head.to_dict()}
+    s.out(f"sealed {input_file} ({head.content}, {fmt_size(head.plaintext_size)}) -> {output} "
+          f"({fmt_size(len(blob))}), key id {head.key_id.hex()}")  # fmt: skip
+
+
+@model_group.command("unseal")
+@click.argument("input_file", metavar="IN", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Plain file to write.")  # fmt: skip
+@_key_options
+@click.pass_obj
+def unseal_cmd(s: Session, input_file, output, key_file, key_env, key_hex) -> None:
+    """Verify and decrypt a sealed file; any modified byte, truncation or wrong key is refused."""
+    from ..model.seal import read_header, unseal_bytes
+
+    key = _key(key_file, key_env, key_hex)
+    blob = _read(input_file)
+    plain = unseal_bytes(blob, key, input_file)
+    write_atomic(output, plain)
+    head = read_header(blob, input_file)
+    s.result = {"input": input_file, "output": output, **head.to_dict()}
+    s.out(f"verified and decrypted {input_file} -> {output} ({head.content}, "
+          f"{fmt_size(len(plain))})")  # fmt: skip
+
+
+@model_group.command("keygen")
+@click.argument("key_file", metavar="KEYFILE", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite an existing key file.")
+@click.pass_obj
+def keygen_cmd(s: Session, key_file, force) -> None:
+    """Create a random 256-bit seal key (64 hex digits, file mode 0600). Prints only its id."""
+    from ..model.seal import key_id, new_key
+
+    path = Path(key_file)
+    if path.exists() and not force:
+        raise UsageError(f"{key_file} exists", "use --force to replace it (the old key is lost)")
+    key = new_key()
+    write_atomic(path, key.hex().encode() + b"\n")
+    path.chmod(0o600)
+    s.result = {"key_file": key_file, "key_id": key_id(key).hex()}
+    s.out(f"wrote a new seal key to {key_file} (key id {key_id(key).hex()}); keep it secret")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(model_group)

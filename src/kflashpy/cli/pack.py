@@ -1,0 +1,100 @@
+"""``pack``, ``unpack``, ``info``: kfpkg packages."""
+
+from __future__ import annotations
+
+import click
+
+from ..image.api import pack, unpack
+from ..image.kfpkg import read_kfpkg
+from ..units import fmt_addr
+from .layout import build_items, exact_size, parse_specs, plan_options, render_plan
+from .session import Session
+
+
+@click.command("pack")
+@click.argument("pairs", nargs=-1, required=True, metavar="ADDR FILE [ADDR FILE]...")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .kfpkg to write."
+)
+@plan_options
+@click.option(
+    "--force", is_flag=True, help="Write the package even when the layout check finds errors."
+)
+@click.pass_obj
+def pack_cmd(
+    s: Session, pairs, output, board_name, layout, prefix_at, raw_at, kpu_load, load_flash, force
+) -> None:
+    """Pack files into a kfpkg that kflash.py, kflash_gui and K-Flash all read.
+
+    Each file is marked as firmware (sha256Prefix: wrapped into a boot image when
+    burned) or raw: raw firmware, and raw data at address 0, are marked as firmware;
+    everything else is raw. --prefix-at/--raw-at override the choice per address.
+    The layout is checked first (as check-layout does); errors stop the packing.
+    Existing packages can be given too: their files are repacked.
+
+    Example: kflashpy pack -o app.kfpkg 0 maixpy.bin 0x300000 model.kmodel
+    """
+    items = build_items(
+        parse_specs(pairs),
+        prefix_at=prefix_at,
+        raw_at=raw_at,
+        kpu_load=kpu_load,
+        load_flash=load_flash,
+    )
+    plan = pack(output, items, board=board_name or s.board, layout=layout, force=force)
+    s.result = {"output": output, "plan": plan.to_dict()}
+    render_plan(s, plan)
+    s.out(f"wrote {output} ({len(plan.writes)} files)")
+
+
+@click.command("unpack")
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.option(
+    "-d",
+    "--directory",
+    "outdir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory to extract into.",
+)
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.pass_obj
+def unpack_cmd(s: Session, package, outdir, force) -> None:
+    """Extract a kfpkg's files and flash-list.json into a directory (never outside it)."""
+    pkg = unpack(package, outdir, force=force)
+    for w in pkg.warnings:
+        s.warn(w)
+    s.out(f"extracted {len({e.name for e in pkg.entries})} files and flash-list.json into {outdir}")
+    s.result = {"directory": outdir, "package": pkg.to_dict()}
+
+
+@click.command("info")
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.pass_obj
+def info_cmd(s: Session, package) -> None:
+    """List a kfpkg's files: address, size, firmware mark, per-producer quirks."""
+    pkg = read_kfpkg(package)
+    for w in pkg.warnings:
+        s.warn(w)
+    version = "(none)" if pkg.version is None else repr(pkg.version)
+    s.out(f"{package}: version {version}, {len(pkg.entries)} files")
+    s.table(
+        ("address", "size", "sha256Prefix", "file", "notes"),
+        [
+            (
+                fmt_addr(e.address),
+                exact_size(len(e.data)),
+                "yes" if e.sha256_prefix else "no",
+                e.name,
+                ", ".join(n for n, on in (("swap", e.swap), ("reverse4Bytes", e.reverse4)) if on),
+            )
+            for e in pkg.entries
+        ],
+    )
+    s.result = pkg.to_dict()
+
+
+def register(group: click.Group) -> None:
+    group.add_command(pack_cmd)
+    group.add_command(unpack_cmd)
+    group.add_command(info_cmd)

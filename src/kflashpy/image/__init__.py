@@ -1,0 +1,51 @@
+"""Bytes destined for flash: boot images, kfpkg packages, content kinds, layouts.
+
+* :mod:`.bootimage` — wrap/unwrap the ROM boot image (flag, length, payload, SHA-256;
+  optional AES-128-CBC for OTP-keyed chips).
+* :mod:`.kfpkg` — read packages from every producer, write the portable dialect.
+* :mod:`.content` — what a binary is, from its bytes.
+* :mod:`.layouts` — boards and firmware layouts (TOML data in ``firmware_layouts``).
+* :mod:`.plan` — the layout checker used by ``check-layout``, ``pack`` and ``burn``.
+
+Pure: never imports the serial, simulator, MaixPy or CLI layers.
+"""
+
+from __future__ import annotations
+
+from .api import check_layout, image_info, load_items, pack, unpack
+from .bootimage import BootImage, parse_boot_image, unwrap_boot_image, wrap_boot_image
+from .content import ContentInfo, detect_content
+from .keys import load_key
+from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, write_kfpkg
+from .layouts import Board, Firmware, get_board, get_firmware, load_boards, load_firmwares
+from .plan import Finding, FlashItem, FlashPlan, PlannedRegion, plan_flash
+
+__all__ = [
+    "BootImage",
+    "Board",
+    "ContentInfo",
+    "Finding",
+    "Firmware",
+    "FlashItem",
+    "FlashPlan",
+    "Kfpkg",
+    "KfpkgEntry",
+    "PlannedRegion",
+    "check_layout",
+    "detect_content",
+    "get_board",
+    "get_firmware",
+    "image_info",
+    "load_boards",
+    "load_firmwares",
+    "load_items",
+    "load_key",
+    "pack",
+    "parse_boot_image",
+    "plan_flash",
+    "read_kfpkg",
+    "unpack",
+    "unwrap_boot_image",
+    "wrap_boot_image",
+    "write_kfpkg",
+]

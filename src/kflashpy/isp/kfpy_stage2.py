@@ -1,0 +1,532 @@
+"""Client of kflashpy's own flasher (``src/kflashpy/stub``, protocol in
+``docs/flasher-protocol.md``).
+
+Connection: the mask ROM uploads the small bootstrap at 115200; :meth:`KfpyStage2.set_baud`
+moves the bootstrap to the transfer rate and then loads the flasher at that rate (an
+operation before any baud change loads it at 115200). After that:
+
+* writes are pipelined: up to ``window`` frames are on their way while the flash erases
+  and programs, each 64 KiB frame raw-DEFLATE compressed when that makes it smaller, and
+  4 KiB sectors whose on-board SHA-256 already matches are not sent at all;
+* :meth:`read` streams with flow control and per-chunk CRC, and ends with the SHA-256 of
+  the region computed on the board;
+* :meth:`sha256` hashes a region on the board (what the burn pipeline verifies with).
+
+Every reply to an extension opcode (0xB0-0xBF) ends with a CRC-32, so a reply damaged on
+the wire is detected and the request repeated instead of trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from enum import IntEnum
+
+from ..errors import NoResponseError, ProtocolError
+from ..progress import Progress, ProgressFn, report
+from ..stub import FlasherBuild
+from ..stub import load as load_build
+from .frames import FlashOp, Status, build_request, crc32
+from .link import Link
+from .stage2 import (
+    CAP_BAUD,
+    CAP_CHIP_ERASE,
+    CAP_COMPRESSED_WRITE,
+    CAP_ERASE,
+    CAP_HASH,
+    CAP_IDENTIFY,
+    CAP_READ,
+    CAP_REBOOT,
+    CAP_UNALIGNED_WRITE,
+    CAP_WRITE,
+    CHIP_ERASE_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    ERASE_TIMEOUT_PER_MB,
+    FlashInfo,
+    Stage2,
+    check_sector_range,
+    scaled_timeout,
+)
+from .stubs import StubProgram
+
+
+class KfpyOp(IntEnum):
+    """kflashpy extension opcodes (0xB0-0xBF: used by no other K210 flasher or ROM)."""
+
+    IDENTIFY = 0xB0
+    READ = 0xB1
+    READ_ACK = 0xB2
+    HASH = 0xB3
+    HASH_LIST = 0xB4
+    WRITE = 0xB5
+    WRITE_DEFLATE = 0xB6
+    ERASE = 0xB7
+    CHIP_ERASE = 0xB8
+    SRAM_WRITE = 0xB9
+    EXEC = 0xBA
+    SET_BAUD = 0xBB
+
+
+SECTOR = 4096
+FRAME = 65536
+BOOT_CHUNK = 4096  # the bootstrap's receive buffer
+READ_CHUNK = 4096
+READ_WINDOW = 8
+RETRIES = 6
+FLASH_S_PER_FRAME = 0.6  # erase + program of 64 KiB at typical timings, with margin
+HASH_S_PER_MB = 1.0  # on-board read + SHA-256, with margin
+START_WAIT = 0.002  # a program needs this long after EXEC/baud change to listen
+
+CAPABILITIES = frozenset(
+    {
+        CAP_WRITE,
+        CAP_UNALIGNED_WRITE,
+        CAP_ERASE,
+        CAP_CHIP_ERASE,
+        CAP_BAUD,
+        CAP_REBOOT,
+        CAP_READ,
+        CAP_HASH,
+        CAP_IDENTIFY,
+        CAP_COMPRESSED_WRITE,
+    }
+)
+
+
+@dataclass(frozen=True)
+class FlasherInfo:
+    """Everything IDENTIFY reports (see docs/flasher-protocol.md)."""
+
+    protocol: int
+    version: int
+    caps: int
+    jedec_id: int
+    flash_ok: bool
+    unique_id: bytes
+    flash_size: int
+    cpu_hz: int
+    apb0_hz: int
+    sclk_hz: int
+    baud: int
+    max_frame: int
+    slots: int
+    window: int
+    link_base: int
+    sram_lo: int
+    sram_hi: int
+
+    @classmethod
+    def parse(cls, p: bytes) -> FlasherInfo:
+        if len(p) != 64 or p[:4] != b"KFPY":
+            raise ProtocolError(
+                f"IDENTIFY reply is not from kflashpy's flasher ({p[:8].hex()})",
+                "the program on the board is another flasher: use --stub kflash",
+            )
+        proto, ver, caps, jedec = struct.unpack_from("<HHII", p, 4)
+        v = struct.unpack_from("<10I", p, 24)
+        return cls(
+            proto,
+            ver,
+            caps,
+            jedec & 0xFFFFFF,
+            bool(jedec >> 24),
+            p[16:24],
+            v[0],
+            v[1],
+            v[2],
+            v[3],
+            v[4],
+            v[5],
+            v[6] & 0xFFFF,
+            v[6] >> 16,
+            v[7],
+            v[8],
+            v[9],
+        )
+
+
+class _BadReply(Exception):
+    """A reply whose CRC does not match: treated like a lost reply."""
+
+
+def _payload(resp) -> bytes:
+    """Check the trailing CRC-32 of an extension reply and return what it covers."""
+    extra = resp.extra
+    if len(extra) < 4:
+        raise _BadReply
+    body = bytes((resp.op, resp.status)) + extra[:-4]
+    if crc32(body) != struct.unpack("<I", extra[-4:])[0]:
+        raise _BadReply
+    return extra[:-4]
+
+
+def sector_blocks(address: int, size: int, block: int = SECTOR) -> list[tuple[int, int]]:
+    """Split a range at absolute ``block`` boundaries: [(offset in range, length)]."""
+    out, pos = [], 0
+    while pos < size:
+        n = min(block - (address + pos) % block, size - pos)
+        out.append((pos, n))
+        pos += n
+    return out
+
+
+class KfpyStage2(Stage2):
+    """Drives kflashpy's flasher (see the module docstring)."""
+
+    name = "kflashpy"
+
+    def __init__(self, link: Link, *, bootstrap: bool = True, build: FlasherBuild | None = None):
+        super().__init__(link)
+        self.build = build or load_build()
+        self.version = f"kflashpy {self.build.protocol_version}"
+        self.capabilities = CAPABILITIES
+        self._running = not bootstrap
+        self.info: FlasherInfo | None = None
+        self.actual_baud: int | None = None
+        self._hash_cache: dict[tuple[int, int], list[bytes]] = {}
+        self._written: set[tuple[int, int]] = set()
+
+    # --- plumbing ---------------------------------------------------------------------
+    def _barrier(self) -> None:
+        self.link.barrier(FlashOp.NOP, 1.0)
+
+    def _call(self, op: int, address: int = 0, data: bytes = b"", *, timeout: float, what: str):
+        """One extension request with CRC-checked reply; resends on damage or loss."""
+        failures = []
+        for _ in range(RETRIES + 1):
+            self.link.send(op, address, data)
+            try:
+                resp = self.link.recv(op, timeout, extra_len=None)
+                payload = _payload(resp)
+            except NoResponseError:
+                failures.append("no reply")
+            except _BadReply:
+                failures.append("damaged reply")
+            else:
+                if resp.status == Status.OK:
+                    return payload
+                if resp.status != Status.BAD_DATA_CHECKSUM:
+                    raise ProtocolError(
+                        f"{what}: the flasher refused it ({resp.describe()})",
+                        "check the address and size against the flash size (kflashpy flash-id)",
+                    )
+                failures.append("request damaged on the wire")
+            self.link.stats.retries += 1
+            self._barrier()
+        raise NoResponseError(
+            f"{what}: failed {len(failures)} times ({', '.join(failures[-3:])})",
+            self.link.diagnose() + "; a lower baud rate (-b) may help",
+        )
+
+    def _legacy(self, op: int, address: int = 0, data: bytes = b"", data_len=None, what=""):
+        return self.link.request(
+            op, address, data, data_len, timeout=DEFAULT_TIMEOUT, nop_op=FlashOp.NOP, what=what
+        )
+
+    # --- start-up ---------------------------------------------------------------------
+    def greet(self, attempts: int = 10) -> None:
+        for _ in range(attempts):
+            self.link.send(FlashOp.NOP)
+            try:
+                if self.link.recv(FlashOp.NOP, 0.3).ok:
+                    self.link.discard_input()
+                    return
+            except NoResponseError:
+                continue
+        raise NoResponseError(
+            f"kflashpy's flasher did not answer after {attempts} greetings",
+            self.link.diagnose() + "; try a lower -b, or --stub kflash",
+        )
+
+    def set_baud(self, baud: int) -> None:
+        old = self.link.port.baudrate
+        p = self._call(
+            KfpyOp.SET_BAUD, 0, struct.pack("<I", baud), timeout=1.0, what=f"baud {baud}"
+        )
+        self.actual_baud = struct.unpack_from("<I", p)[0]
+        self.link.wait(START_WAIT)
+        self.link.set_baud(baud)
+        try:
+            self.greet(attempts=5)
+        except NoResponseError as e:
+            raise NoResponseError(
+                f"the flasher stopped answering after switching {old} -> {baud} baud",
+                "use a lower --baud; CH340/CH552 boards are reliable up to 1500000",
+            ) from e
+        self._ensure_flasher()
+
+    def _ensure_flasher(self) -> None:
+        """Load the flasher through the bootstrap (once), at the current rate."""
+        if self._running:
+            return
+        prog = self.build.flasher
+        for pos in range(0, len(prog.image), BOOT_CHUNK):
+            self._call(
+                KfpyOp.SRAM_WRITE,
+                prog.load_address + pos,
+                prog.image[pos : pos + BOOT_CHUNK],
+                timeout=1.0,
+                what=f"flasher upload at 0x{prog.load_address + pos:08X}",
+            )
+        self._call(KfpyOp.EXEC, prog.entry, timeout=1.0, what="flasher start")
+        self.link.wait(START_WAIT)
+        self.greet()
+        self._running = True
+
+    def flash_init(self) -> None:
+        self._ensure_flasher()
+        self._legacy(FlashOp.FLASH_INIT, 0, data_len=0, what="flash init")
+        self.info = FlasherInfo.parse(self._call(KfpyOp.IDENTIFY, timeout=1.0, what="identify"))
+        if not self.info.flash_ok:
+            raise ProtocolError(
+                f"the flash chip answered JEDEC id 0x{self.info.jedec_id:06X}",
+                "no SPI flash found: check the board",
+            )
+
+    def identify(self) -> FlashInfo:
+        self._ensure_flasher()
+        if self.info is None:
+            self.info = FlasherInfo.parse(self._call(KfpyOp.IDENTIFY, timeout=1.0, what="identify"))
+        return FlashInfo(self.info.jedec_id, self.info.flash_size, self.info.unique_id)
+
+    # --- hashing ----------------------------------------------------------------------
+    def _hash_timeout(self, size: int, extra_bytes: int = 0) -> float:
+        wire = extra_bytes * 10 / self.link.port.baudrate
+        return DEFAULT_TIMEOUT + wire + HASH_S_PER_MB * size / (1 << 20)
+
+    def hash_list(
+        self, address: int, size: int, block: int = SECTOR, total: bool = False
+    ) -> tuple[list[bytes], bytes]:
+        """SHA-256 of each ``block``-sized piece (from ``address``), and of the whole."""
+        self._ensure_flasher()
+        count = -(-size // block)
+        p = self._call(
+            KfpyOp.HASH_LIST,
+            address,
+            struct.pack("<III", size, block, int(total)),
+            timeout=self._hash_timeout(size, 32 * count),
+            what=f"hash list at 0x{address:08X}",
+        )
+        if len(p) != 8 + 32 * (count + total):
+            raise ProtocolError(f"hash list at 0x{address:08X}: {len(p)} bytes of reply")
+        digests = [p[8 + 32 * i : 40 + 32 * i] for i in range(count)]
+        return digests, p[-32:] if total else b""
+
+    def sha256(self, address: int, size: int) -> bytes:
+        """On-board SHA-256 of a region.
+
+        Before the region is written, the per-sector digests come along in the same pass
+        (they let :meth:`write` skip unchanged sectors); after it, a plain hash.
+        """
+        key = (address, size)
+        if key not in self._written and size >= 2 * SECTOR:
+            blocks, whole = self.hash_list(address, size, SECTOR, total=True)
+            self._hash_cache[key] = blocks
+            return whole
+        self._ensure_flasher()
+        return self._call(
+            KfpyOp.HASH,
+            address,
+            struct.pack("<I", size),
+            timeout=self._hash_timeout(size),
+            what=f"hash at 0x{address:08X}",
+        )
+
+    # --- reading ----------------------------------------------------------------------
+    def read(self, address: int, size: int, progress: ProgressFn | None = None) -> bytes:
+        self._ensure_flasher()
+        if size <= 0:
+            return b""
+        out = bytearray()
+        report(progress, Progress("read", 0, size))
+        self.link.send(KfpyOp.READ, address, struct.pack("<III", size, READ_CHUNK, READ_WINDOW))
+        timeout = DEFAULT_TIMEOUT / 3 + READ_WINDOW * READ_CHUNK * 10 / self.link.port.baudrate
+        acked, failures, last_nak = 0, 0, -1
+        while True:
+            try:
+                resp = self.link.recv(KfpyOp.READ, timeout, extra_len=None)
+                p = _payload(resp)
+                if resp.status != Status.OK:
+                    raise ProtocolError(
+                        f"read of {size} B at 0x{address:08X}: refused ({resp.describe()})",
+                        "check the range against the flash size (kflashpy flash-id)",
+                    )
+                off = struct.unpack_from("<I", p)[0]
+            except (NoResponseError, _BadReply):
+                failures += 1
+                if failures > RETRIES * 4:
+                    raise NoResponseError(
+                        f"read at 0x{address + len(out):08X}: the board stopped sending",
+                        self.link.diagnose() + "; a lower baud rate (-b) may help",
+                    ) from None
+                if len(out) == size:  # the final digest was lost: hash separately
+                    return self._check_read(address, out, self.sha256(address, size))
+                self.link.send(KfpyOp.READ_ACK, len(out), data_len=1)  # resend from here
+                last_nak = len(out)
+                continue
+            if off == size and len(p) == 36 and len(out) == size:
+                return self._check_read(address, out, p[4:])
+            if off == len(out) and len(p) > 4:
+                out += p[4:]
+                report(progress, Progress("read", len(out), size))
+                if len(out) - acked >= READ_CHUNK * READ_WINDOW // 2 or len(out) == size:
+                    self.link.send(KfpyOp.READ_ACK, len(out), data_len=0)
+                    acked = len(out)
+            elif off > len(out) and last_nak != len(out):
+                self.link.send(KfpyOp.READ_ACK, len(out), data_len=1)
+                last_nak = len(out)
+
+    def _check_read(self, address: int, data: bytearray, digest: bytes) -> bytes:
+        if hashlib.sha256(data).digest() != digest:
+            raise ProtocolError(
+                f"read of {len(data)} B at 0x{address:08X}: the data does not match the "
+                "board's SHA-256 of the region",
+                "read again; if it repeats, lower the baud rate",
+            )
+        return bytes(data)
+
+    # --- writing ----------------------------------------------------------------------
+    def _frames(self, address: int, data: bytes) -> list[tuple[int, bytes]]:
+        """Changed sectors grouped into frames that do not cross 64 KiB boundaries."""
+        blocks = sector_blocks(address, len(data))
+        old = self._hash_cache.pop((address, len(data)), None)
+        if old is None and len(data) >= FRAME:
+            old, _ = self.hash_list(address, len(data))
+        changed = [
+            (off, n)
+            for i, (off, n) in enumerate(blocks)
+            if old is None or hashlib.sha256(data[off : off + n]).digest() != old[i]
+        ]
+        frames: list[tuple[int, int]] = []
+        for off, n in changed:
+            if frames:
+                start, length = frames[-1]
+                at = address + start
+                joined = start + length == off and (at % FRAME) + length + n <= FRAME
+                if joined:
+                    frames[-1] = (start, length + n)
+                    continue
+            frames.append((off, n))
+        return [(address + off, data[off : off + n]) for off, n in frames]
+
+    @staticmethod
+    def _packet(at: int, chunk: bytes) -> bytes:
+        c = zlib.compressobj(9, zlib.DEFLATED, -15)
+        packed = c.compress(chunk) + c.flush()
+        if len(packed) + 4 < len(chunk):
+            return build_request(KfpyOp.WRITE_DEFLATE, at, struct.pack("<I", len(chunk)) + packed)
+        return build_request(KfpyOp.WRITE, at, chunk)
+
+    def write(self, address: int, data: bytes, progress: ProgressFn | None = None) -> None:
+        self._ensure_flasher()
+        total = len(data)
+        report(progress, Progress("write", 0, total))
+        frames = self._frames(address, data)
+        skipped = total - sum(len(c) for _, c in frames)
+        done = skipped
+        if skipped:
+            report(progress, Progress("write", done, total, message=f"{skipped} B unchanged"))
+        window = self.info.window if self.info else 2
+        todo = deque((at, len(chunk), self._packet(at, chunk)) for at, chunk in frames)
+        inflight: deque[tuple[int, int, bytes]] = deque()
+        tries: dict[int, int] = {}
+        baud = self.link.port.baudrate
+        while todo or inflight:
+            while todo and len(inflight) < window:
+                item = todo.popleft()
+                tries[item[0]] = tries.get(item[0], 0) + 1
+                if tries[item[0]] > RETRIES + 1:
+                    raise NoResponseError(
+                        f"write at 0x{item[0]:08X}: not acknowledged after {RETRIES + 1} tries",
+                        self.link.diagnose() + "; a lower baud rate (-b) may help",
+                    )
+                self.link.send_packet(item[2])
+                inflight.append(item)
+            wire = sum(len(p) for _, _, p in inflight) * 10 / baud
+            timeout = DEFAULT_TIMEOUT + wire + FLASH_S_PER_FRAME * len(inflight)
+            try:
+                resp = self.link.recv(KfpyOp.WRITE, timeout, extra_len=None)
+                p = _payload(resp)
+            except (NoResponseError, _BadReply):
+                self._barrier()  # nothing older is still coming: resend what is unanswered
+                todo.extendleft(reversed(inflight))
+                inflight.clear()
+                continue
+            if resp.status == Status.BAD_DATA_CHECKSUM or len(p) != 8:
+                todo.appendleft(inflight.popleft())  # the oldest frame arrived damaged
+                continue
+            at, n = struct.unpack("<II", p)
+            if resp.status != Status.OK:
+                raise ProtocolError(
+                    f"write of {n} B at 0x{at:08X}: refused ({resp.describe()})",
+                    "check the range against the flash size (kflashpy flash-id)",
+                )
+            while inflight and inflight[0][0] != at:
+                todo.appendleft(inflight.popleft())  # lost on the way: send again
+            if inflight:
+                inflight.popleft()
+                done += n
+                report(progress, Progress("write", min(done, total), total))
+        self._written.add((address, total))
+
+    def write_compressed(
+        self, address: int, data: bytes, progress: ProgressFn | None = None
+    ) -> None:
+        """Every write is compressed where that helps; same as :meth:`write`."""
+        self.write(address, data, progress)
+
+    # --- erase, reboot ------------------------------------------------------------------
+    def erase(self, address: int, size: int, progress: ProgressFn | None = None) -> None:
+        check_sector_range(address, size, "erase")
+        self._ensure_flasher()
+        report(progress, Progress("erase", 0, size))
+        self._call(
+            KfpyOp.ERASE,
+            address,
+            struct.pack("<I", size),
+            timeout=scaled_timeout(size, ERASE_TIMEOUT_PER_MB),
+            what=f"erase of 0x{size:X} B at 0x{address:08X}",
+        )
+        report(progress, Progress("erase", size, size))
+
+    def chip_erase(self, progress: ProgressFn | None = None) -> None:
+        self._ensure_flasher()
+        report(progress, Progress("erase", 0, 1))
+        self._call(KfpyOp.CHIP_ERASE, timeout=CHIP_ERASE_TIMEOUT, what="chip erase")
+        report(progress, Progress("erase", 1, 1))
+
+    def reboot(self) -> None:
+        self._ensure_flasher()
+        self._legacy(FlashOp.REBOOT, 0, data_len=0, what="reboot")
+
+    def sram_write(self, address: int, data: bytes) -> None:
+        """Write a program into SRAM below the flasher (at the full baud rate)."""
+        self._ensure_flasher()
+        for pos in range(0, len(data), FRAME):
+            self._call(
+                KfpyOp.SRAM_WRITE,
+                address + pos,
+                data[pos : pos + FRAME],
+                timeout=DEFAULT_TIMEOUT,
+                what=f"SRAM write at 0x{address + pos:08X}",
+            )
+
+    def execute(self, entry: int) -> None:
+        """Jump to ``entry`` (the program gets a0 = 0x4B465059, a1 = the baud rate)."""
+        self._call(KfpyOp.EXEC, entry, timeout=1.0, what=f"exec 0x{entry:08X}")
+
+
+def kflashpy_program() -> StubProgram:
+    """The registry entry for ``--stub kflashpy``: the bootstrap, then :class:`KfpyStage2`."""
+    build = load_build()
+    boot = build.boot
+    return StubProgram(
+        "kflashpy",
+        boot.image,
+        boot.load_address,
+        boot.entry,
+        lambda link: KfpyStage2(link, bootstrap=True, build=build),
+    )

@@ -1,0 +1,294 @@
+"""The stage-2 (flash-mode) connection: one interface, capabilities discovered per flasher.
+
+After the mask ROM has booted a flasher program from SRAM, everything goes through a
+:class:`Stage2`. Flashers differ (the PyPI kflash stub has a non-blocking erase; older
+kflash stubs do not; our own flasher adds read-back and hashing), so callers ask
+``CAP_... in stage2.capabilities`` instead of assuming. Optional methods raise
+:class:`~kflashpy.errors.UnsupportedError` when the capability is missing.
+"""
+
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from ..errors import InputError, NoResponseError, UnsupportedError
+from ..progress import Progress, ProgressFn, report
+from .frames import STAGE2_MAX_CHUNK, FlashOp, Status
+from .link import Link
+
+# --- capability names (strings, so other flashers can add their own) ---------------------
+CAP_WRITE = "write"  # program flash (the flasher erases what it writes)
+CAP_UNALIGNED_WRITE = "unaligned-write"  # writes may start/end anywhere, not on 4 KiB
+CAP_ERASE = "erase"  # erase a 4 KiB-aligned region
+CAP_CHIP_ERASE = "chip-erase"  # erase the whole chip
+CAP_BAUD = "baud"  # change the line rate
+CAP_REBOOT = "reboot"  # reset the SoC into the flashed program by command
+CAP_READ = "read"  # read flash back
+CAP_HASH = "hash"  # SHA-256 of a flash range computed on the board
+CAP_IDENTIFY = "identify"  # JEDEC id / size of the flash chip
+CAP_COMPRESSED_WRITE = "compressed-write"  # writes of compressed data
+
+SECTOR = 4096
+
+#: reply timeouts (seconds of port time); see :func:`write_timeout`
+DEFAULT_TIMEOUT = 3.0
+GREETING_TIMEOUT = 0.3
+ERASE_TIMEOUT_PER_MB = 40.0
+#: a kflash flasher rewrites a whole 64 KiB block per frame (read, erase, program in
+#: 32-byte pieces): up to ~8 s per 64 KiB with worst-case chip timings
+WRITE_TIMEOUT_PER_MB = 160.0
+CHIP_ERASE_TIMEOUT = 200.0  # 16 MiB NOR worst case
+
+
+def scaled_timeout(nbytes: int, per_mb: float, baud: int | None = None) -> float:
+    """A timeout that grows with the size of the operation, never below the default.
+
+    ``baud`` adds the time the bytes need on the wire (10 bits per byte).
+    """
+    wire = nbytes * 10 / baud if baud else 0.0
+    return max(DEFAULT_TIMEOUT, DEFAULT_TIMEOUT + wire + per_mb * nbytes / (1 << 20))
+
+
+@dataclass(frozen=True)
+class FlashInfo:
+    """What a flasher reports about the flash chip (capability "identify")."""
+
+    jedec_id: int
+    size: int
+    unique_id: bytes = b""
+
+
+class Stage2(ABC):
+    """A connection to a running stage-2 flasher (see the module docstring)."""
+
+    #: short name shown to the user ("kflash-1.1.6", "kflashpy 1.0", ...)
+    name: str = "stage2"
+    capabilities: frozenset[str] = frozenset()
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def has(self, capability: str) -> bool:
+        return capability in self.capabilities
+
+    def _require(self, capability: str, what: str) -> None:
+        if capability not in self.capabilities:
+            raise UnsupportedError(
+                f"the flasher {self.name!r} cannot {what} (no {capability!r} capability)",
+                "use a flasher that can (--stub kflashpy when available)",
+            )
+
+    @abstractmethod
+    def greet(self, attempts: int = 10) -> None:
+        """Wait until the flasher answers its NOP; also a barrier for stale replies."""
+
+    @abstractmethod
+    def flash_init(self) -> None:
+        """Prepare the SPI flash (quad mode etc.); needed before writes and erases."""
+
+    @abstractmethod
+    def set_baud(self, baud: int) -> None:
+        """Move both ends of the line to ``baud`` and check the flasher still answers."""
+
+    @abstractmethod
+    def write(self, address: int, data: bytes, progress: ProgressFn | None = None) -> None:
+        """Write ``data`` at ``address``; returns only once every frame was acknowledged."""
+
+    @abstractmethod
+    def erase(self, address: int, size: int, progress: ProgressFn | None = None) -> None:
+        """Erase ``size`` bytes at ``address`` (both multiples of 4 KiB)."""
+
+    @abstractmethod
+    def chip_erase(self, progress: ProgressFn | None = None) -> None:
+        """Erase the whole flash chip."""
+
+    @abstractmethod
+    def reboot(self) -> None:
+        """Reset the SoC into the flashed program (raises UnsupportedError if it cannot)."""
+
+    def _follow_baud(self, old: int, baud: int, settle: float = 0.05) -> None:
+        """After telling the flasher to change rate: follow it and check it still answers.
+
+        The flasher's reply to the rate change may come at either rate, so it is not
+        relied upon; a greeting at the new rate is.
+        """
+        self.link.wait(settle)
+        self.link.set_baud(baud)
+        try:
+            self.greet(attempts=5)
+        except NoResponseError as e:
+            raise NoResponseError(
+                f"the flasher stopped answering after switching {old} -> {baud} baud",
+                "use a lower --baud; CH340/CH552 boards are reliable up to 1500000",
+            ) from e
+
+    # --- optional capabilities ------------------------------------------------------------
+
+    def read(self, address: int, size: int, progress: ProgressFn | None = None) -> bytes:
+        self._require(CAP_READ, "read flash")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def sha256(self, address: int, size: int) -> bytes:
+        self._require(CAP_HASH, "hash flash on the board")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def identify(self) -> FlashInfo:
+        self._require(CAP_IDENTIFY, "identify the flash chip")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def write_compressed(
+        self, address: int, data: bytes, progress: ProgressFn | None = None
+    ) -> None:
+        self._require(CAP_COMPRESSED_WRITE, "write compressed data")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def check_sector_range(address: int, size: int, what: str) -> None:
+    """Erase ranges must start and end on 4 KiB sectors."""
+    if address % SECTOR or size % SECTOR or size <= 0:
+        raise InputError(
+            f"{what}: 0x{address:08X} + 0x{size:X} is not a whole number of 4 KiB sectors",
+            "round the address down and the size up to multiples of 0x1000",
+        )
+
+
+# --- kflash-compatible flashers ------------------------------------------------------------
+
+#: capability sets of the kflash-family flashers we can recognise
+KFLASH_VARIANTS: dict[str, frozenset[str]] = {
+    # PyPI kflash 1.1.6 (vowstar): D2-D9; D8 = non-blocking erase, D9 = status
+    "kflash-1.1.6": frozenset(
+        {CAP_WRITE, CAP_UNALIGNED_WRITE, CAP_ERASE, CAP_CHIP_ERASE, CAP_BAUD, CAP_REBOOT}
+    ),
+    # any other kflash-compatible program: only the D2-D7 meanings all of them share
+    "kflash-compatible": frozenset({CAP_WRITE, CAP_BAUD}),
+}
+
+ERASE_POLL = 0.25  # seconds between D9 status polls while an erase runs
+
+
+class KflashStage2(Stage2):
+    """Drives a kflash-compatible flasher (opcodes D2-D7, plus D8/D9 on kflash 1.1.6)."""
+
+    #: FLASH_INIT chip-select argument kflash sends by default (the on-board SPI flash)
+    FLASH_CHIP = 1
+
+    def __init__(self, link: Link, variant: str = "kflash-compatible") -> None:
+        super().__init__(link)
+        if variant not in KFLASH_VARIANTS:
+            raise ValueError(f"unknown kflash variant {variant!r}")
+        self.name = variant
+        self.capabilities = KFLASH_VARIANTS[variant]
+
+    def _request(self, op: int, address: int = 0, data: bytes = b"", data_len=None, **kw):
+        kw.setdefault("timeout", DEFAULT_TIMEOUT)
+        return self.link.request(op, address, data, data_len, nop_op=FlashOp.NOP, **kw)
+
+    def greet(self, attempts: int = 10) -> None:
+        for _ in range(attempts):
+            self.link.send(FlashOp.NOP)
+            try:
+                if self.link.recv(FlashOp.NOP, GREETING_TIMEOUT).ok:
+                    self.link.discard_input()
+                    return
+            except NoResponseError:
+                continue
+        raise NoResponseError(
+            f"the flasher did not answer after {attempts} greetings",
+            self.link.diagnose() + "; it may have failed to start (try --stub or a lower -b)",
+        )
+
+    def flash_init(self) -> None:
+        self._request(FlashOp.FLASH_INIT, self.FLASH_CHIP, data_len=0, what="flash init")
+
+    def set_baud(self, baud: int) -> None:
+        old = self.link.port.baudrate
+        self.link.send(FlashOp.UARTHS_BAUDRATE_SET, 0, struct.pack("<I", baud))
+        self._follow_baud(old, baud)
+
+    def _chunks(self, address: int, data: bytes) -> list[tuple[int, bytes]]:
+        """Split a write into frames that end on 64 KiB boundaries.
+
+        Flashers without unaligned writes need 4 KiB-aligned starts and whole sectors;
+        the tail is padded with 0xFF (the erased value).
+        """
+        if not self.has(CAP_UNALIGNED_WRITE):
+            if address % SECTOR:
+                raise InputError(
+                    f"0x{address:08X}: the flasher {self.name!r} needs 4 KiB-aligned addresses",
+                    "burn at a multiple of 0x1000, or use --stub kflash",
+                )
+            if len(data) % SECTOR:
+                data = data + b"\xff" * (SECTOR - len(data) % SECTOR)
+        chunks = []
+        pos = 0
+        while pos < len(data):
+            at = address + pos
+            n = min(STAGE2_MAX_CHUNK - at % STAGE2_MAX_CHUNK, len(data) - pos)
+            chunks.append((at, data[pos : pos + n]))
+            pos += n
+        return chunks
+
+    def write(self, address: int, data: bytes, progress: ProgressFn | None = None) -> None:
+        baud = self.link.port.baudrate
+        done = 0
+        total = len(data)
+        report(progress, Progress("write", 0, total))
+        for at, chunk in self._chunks(address, data):
+            self._request(
+                FlashOp.FLASH_WRITE,
+                at,
+                chunk,
+                timeout=scaled_timeout(len(chunk), WRITE_TIMEOUT_PER_MB, baud),
+                busy_poll=0.5,
+                what=f"write of {len(chunk)} B at 0x{at:08X}",
+            )
+            done = min(total, done + len(chunk))
+            report(progress, Progress("write", done, total))
+
+    def _wait_idle(self, timeout: float, progress: ProgressFn | None, total: int) -> None:
+        """Poll D9 until the flash reports idle; progress shows elapsed vs expected time."""
+        start = self.link.now()
+        while True:
+            self.link.send(FlashOp.FLASH_STATUS)
+            try:
+                resp = self.link.recv(FlashOp.FLASH_STATUS, DEFAULT_TIMEOUT)
+            except NoResponseError:
+                resp = None
+            elapsed = self.link.now() - start
+            if resp is not None and resp.status == Status.OK:
+                report(progress, Progress("erase", total, total))
+                return
+            if elapsed > timeout:
+                raise NoResponseError(
+                    f"the erase did not finish within {timeout:.0f} s",
+                    "power-cycle the board and try again",
+                )
+            report(
+                progress, Progress("erase", min(total - 1, int(total * elapsed / timeout)), total)
+            )
+            self.link.wait(ERASE_POLL)
+
+    def erase(self, address: int, size: int, progress: ProgressFn | None = None) -> None:
+        self._require(CAP_ERASE, "erase a region")
+        check_sector_range(address, size, "erase")
+        report(progress, Progress("erase", 0, size))
+        self._request(
+            FlashOp.FLASH_ERASE_NONBLOCKING,
+            address,
+            data_len=size,
+            what=f"erase at 0x{address:08X}",
+        )
+        self._wait_idle(scaled_timeout(size, ERASE_TIMEOUT_PER_MB), progress, size)
+
+    def chip_erase(self, progress: ProgressFn | None = None) -> None:
+        self._require(CAP_CHIP_ERASE, "erase the whole chip")
+        report(progress, Progress("erase", 0, 1))
+        self._request(FlashOp.FLASH_ERASE_NONBLOCKING, 0, data_len=0, what="chip erase")
+        self._wait_idle(CHIP_ERASE_TIMEOUT, progress, 1)
+
+    def reboot(self) -> None:
+        self._require(CAP_REBOOT, "reboot by command")
+        self._request(FlashOp.REBOOT, 0, data_len=0, busy_poll=1.0, what="reboot")

@@ -1,0 +1,552 @@
+"""The K210 KPU as the host sees it: its 2 MiB RAM and the arithmetic of one conv layer.
+
+Everything here follows kmodel_formats.md §3 (register fields, row layout, integer
+arithmetic). The functions are pure over already-decoded fields so that the V3, V4 and
+V5 interpreters share one implementation and the randomised test can check it against an
+independent scalar reference.
+
+Two details are not documented by Kendryte and two public emulators disagree on them
+(§0 item 4, §11 item 3); they are :class:`TieRules` options whose defaults follow the
+nncase >= 0.2 simulator (the one nncase 1.9 still uses):
+
+* ``segment``: which of the 16 activation segments a value on a boundary belongs to
+  (``">"``: last segment with ``x > x_start``; ``">="``: last with ``x >= x_start``).
+* ``rounding``: how the activation's right shift rounds (``"nncase"``: nncase's
+  ``carry_shift<Banker=true>``, reproduced literally including its off-by-one for
+  negative values; ``"sdk"``: the SDK / nncase 0.1 ``kpu_carry_shift``, also literal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import FormatError, InputError
+from ..model.kpu_args import (
+    KPU_RAM_SIZE,
+    KPU_ROW,
+    POOL_TYPES,
+    ActivationTable,
+    KpuLayerArgs,
+    decode_activation,
+    decode_batchnorm,
+)
+from ..model.kpu_args import kpu_map_bytes as fmap_bytes
+from ..model.kpu_args import kpu_row_layout as row_layout
+
+#: pool_type -> (window, stride)
+POOL_GEOMETRY = {t: (win, stride) for t, (_name, win, stride) in POOL_TYPES.items()}
+
+
+@dataclass(frozen=True)
+class TieRules:
+    """Undocumented tie-breaking of the activation stage (see module docstring)."""
+
+    segment: str = ">"
+    rounding: str = "nncase"
+
+    def __post_init__(self) -> None:
+        if self.segment not in (">", ">="):
+            raise InputError(
+                f"unknown activation segment rule {self.segment!r}",
+                "use '>' (nncase >= 0.2, default) or '>=' (nncase 0.1 emulator)",
+            )
+        if self.rounding not in ("nncase", "sdk"):
+            raise InputError(
+                f"unknown activation rounding rule {self.rounding!r}",
+                "use 'nncase' (carry_shift<Banker>, default) or 'sdk' (kpu_carry_shift)",
+            )
+
+
+# --- KPU RAM layout (§3.3) ---------------------------------------------------------
+
+
+def fmap_rows(c: int, h: int, w: int) -> int:
+    """Rows a (C, H, W) map occupies (batches are stacked this many rows apart)."""
+    return fmap_bytes(c, h, w) // KPU_ROW
+
+
+class KpuRam:
+    """The 2 MiB KPU RAM as a byte array, with the feature-map row layout of §3.3.
+
+    Maps are written and read through strided NumPy views of the byte array, so
+    bytes outside a map (the tail of a row past W, other maps) keep whatever the
+    device would have left there, as real models rely on (ADD_PADDING, §11 item 2).
+    """
+
+    def __init__(self) -> None:
+        self.data = np.zeros(KPU_RAM_SIZE, dtype=np.uint8)
+
+    def _region(self, row: int, c: int, h: int, w: int, what: str) -> np.ndarray:
+        start = row * KPU_ROW
+        end = start + fmap_bytes(c, h, w)
+        if row < 0 or end > KPU_RAM_SIZE:
+            raise FormatError(
+                f"{what}: map {c}x{h}x{w} at KPU row {row} ends at byte {end:#x}, "
+                f"past the {KPU_RAM_SIZE // 1024} KiB KPU RAM",
+                "the model's KPU addresses are inconsistent; check it with `kflashpy model info`",
+            )
+        return self.data[start:end]
+
+    def _planes(self, row: int, c: int, h: int, w: int, what: str):
+        """Yield (channel slice step start j, view of shape (n_j, H, W)) per row group."""
+        groups, row_len, pitch = row_layout(w)
+        region = self._region(row, c, h, w, what)
+        if groups == 1:
+            yield 0, region.reshape(c, h, row_len * KPU_ROW)[:, :, :w]
+            return
+        blocks = -(-c // groups)
+        grid = region.reshape(blocks, h, groups, pitch)
+        for j in range(min(groups, c)):
+            n = len(range(j, c, groups))
+            yield j, grid[:n, :, j, :w]
+
+    def write_map(self, row: int, fmap: np.ndarray, what: str = "kpu upload") -> None:
+        """Store a (C, H, W) u8 map at ``row`` with the layout its width implies."""
+        c, h, w = fmap.shape
+        groups = row_layout(w)[0]
+        for j, view in self._planes(row, c, h, w, what):
+            view[...] = fmap[j::groups] if groups > 1 else fmap
+
+    def read_map(self, row: int, c: int, h: int, w: int, what: str = "kpu read") -> np.ndarray:
+        """Return a copy of the (C, H, W) u8 map stored at ``row``."""
+        groups = row_layout(w)[0]
+        out = np.empty((c, h, w), dtype=np.uint8)
+        for j, view in self._planes(row, c, h, w, what):
+            if groups > 1:
+                out[j::groups] = view
+            else:
+                out[...] = view
+        return out
+
+
+# --- decoded parameters --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchNorm:
+    """Per-output-channel BN: ``((acc * mul) >> shift) + add`` (§3.2, §3.4 step 2)."""
+
+    mul: np.ndarray
+    add: np.ndarray
+    shift: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class ConvLayer:
+    """What one KPU layer computes, in plain numbers (the subset of §3.1 that matters).
+
+    ``weights`` is u8 OIHW: (OC, IC, k, k), or (OC, 1, k, k) when ``depthwise``.
+    """
+
+    in_shape: tuple[int, int, int]
+    out_shape: tuple[int, int, int]
+    kernel: int
+    depthwise: bool
+    pool_type: int
+    pad_value: int
+    arg_x: int
+    shr_x: int
+    arg_w: int
+    shr_w: int
+    arg_add: int
+    src_row: int
+    dst_row: int
+    weights: np.ndarray
+    bn: BatchNorm
+    act: ActivationTable
+    #: per-TieRules fused BN+activation thresholds (see :func:`fused_thresholds`)
+    _fused: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_tables(
+        cls,
+        args: KpuLayerArgs,
+        weights: np.ndarray,
+        bn_table: bytes | memoryview,
+        act_table: bytes | memoryview,
+        what: str = "KPU layer",
+    ) -> ConvLayer:
+        """Build from the decoded register block and the raw parameter tables."""
+        k = kernel_size(args.kernel_type, what)
+        oc, ic = args.out_channels, args.in_channels
+        if weights.size != args.weight_count:
+            raise FormatError(
+                f"{what}: {weights.size} weights, the registers imply {args.weight_count}",
+                "the kmodel is truncated or its layer arguments are corrupt",
+            )
+        if len(bn_table) < 8 * oc:
+            raise FormatError(
+                f"{what}: batch-norm table has {len(bn_table)} bytes, needs {8 * oc}",
+                "the kmodel is truncated",
+            )
+        in_shape, out_shape = args.in_shape, args.out_shape
+        expect = pooled_size(in_shape[1:], args.pool_type, what)
+        if expect != out_shape[1:]:
+            raise FormatError(
+                f"{what}: pool {args.pool_name} maps {in_shape[1]}x{in_shape[2]} to "
+                f"{expect[0]}x{expect[1]}, the registers say {out_shape[1]}x{out_shape[2]}",
+                "the layer arguments are corrupt",
+            )
+        mul, add, shift = decode_batchnorm(bytes(bn_table[: 8 * oc]))
+        return cls(
+            in_shape=in_shape,
+            out_shape=out_shape,
+            kernel=k,
+            depthwise=args.depthwise,
+            pool_type=args.pool_type,
+            pad_value=args.pad_value,
+            arg_x=args.arg_x,
+            shr_x=args.shr_x,
+            arg_w=args.arg_w,
+            shr_w=args.shr_w,
+            arg_add=args.arg_add,
+            src_row=args.image_src_addr,
+            dst_row=args.image_dst_addr,
+            weights=weights.reshape(oc, 1 if args.depthwise else ic, k, k),
+            bn=BatchNorm(mul, add, shift),
+            act=decode_activation(bytes(act_table)),
+        )
+
+
+def kernel_size(kernel_type: int, what: str = "KPU layer") -> int:
+    """Filter size from ``kernel_type`` (§3.1: 0 -> 1x1, 1 -> 3x3)."""
+    if kernel_type == 0:
+        return 1
+    if kernel_type == 1:
+        return 3
+    raise FormatError(
+        f"{what}: kernel_type {kernel_type} is not 0 (1x1) or 1 (3x3)",
+        "the layer-argument block is corrupt",
+    )
+
+
+def pooled_size(in_hw: tuple[int, int], pool_type: int, what: str = "KPU layer") -> tuple[int, int]:
+    """Output (H, W) of a pool type applied to (H, W) (§3.1 pool table)."""
+    if pool_type not in POOL_GEOMETRY:
+        raise FormatError(
+            f"{what}: pool_type {pool_type} is not one of 0..9",
+            "the layer-argument block is corrupt",
+        )
+    _, stride = POOL_GEOMETRY[pool_type]
+    return in_hw[0] // stride, in_hw[1] // stride
+
+
+# --- arithmetic (§3.4) -----------------------------------------------------------------
+
+
+#: float32 sums of u8*u8 products are exact while below 2**24: at most this many taps
+_F32_TAPS = ((1 << 24) - 1) // (255 * 255)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Output positions at which a conv is evaluated: rows y0, y0+step, ... (n_y of
+    them), likewise columns. The full map is Grid(0, 0, 1, H, W); pick pooling only
+    needs every 2nd or 4th position, so the conv is evaluated there only."""
+
+    y0: int
+    x0: int
+    step: int
+    n_y: int
+    n_x: int
+
+    def taps(self, plane: np.ndarray, k: int):
+        """Yield (dy, dx, window) for each of the k*k filter taps over a padded plane."""
+        s = self.step
+        for dy in range(k):
+            for dx in range(k):
+                y, x = self.y0 + dy, self.x0 + dx
+                yield (
+                    dy,
+                    dx,
+                    plane[
+                        ..., y : y + (self.n_y - 1) * s + 1 : s, x : x + (self.n_x - 1) * s + 1 : s
+                    ],
+                )
+
+
+def _exact_matmul(w: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """u8 (OC, K) @ u8 (K, N) exactly: float32 BLAS on chunks of K small enough that
+    every partial sum stays an exact float32 integer, chunk results summed in int64."""
+    k = w.shape[1]
+    if k <= _F32_TAPS:
+        return (w.astype(np.float32) @ cols.astype(np.float32)).astype(np.int64)
+    out = np.zeros((w.shape[0], cols.shape[1]), dtype=np.int64)
+    for lo in range(0, k, _F32_TAPS):
+        hi = min(k, lo + _F32_TAPS)
+        out += (w[:, lo:hi].astype(np.float32) @ cols[lo:hi].astype(np.float32)).astype(np.int64)
+    return out
+
+
+def convolve(layer: ConvLayer, x: np.ndarray, grid: Grid | None = None) -> np.ndarray:
+    """Step 1: the conv accumulator ``acc`` (int64, OC x n_y x n_x) at ``grid`` positions
+    (default: every input position, the KPU convolves at stride 1).
+
+    Integer sums are done by float32 BLAS in exact chunks (:func:`_exact_matmul`).
+    """
+    ic, h, w = layer.in_shape
+    k = layer.kernel
+    g = grid or Grid(0, 0, 1, h, w)
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=layer.pad_value) if k == 3 else x
+    wts = layer.weights
+    oc = wts.shape[0]
+    shape = (g.n_y, g.n_x)
+    if layer.depthwise:  # at most 9 taps: float32 is exact
+        wf = wts[:, 0].astype(np.float32)
+        s = np.zeros((ic, *shape), dtype=np.float32)
+        sx = np.zeros((ic, *shape), dtype=np.float32)
+        for dy, dx, win in g.taps(xp, k):
+            s += wf[:, dy, dx, None, None] * win
+            sx += win
+        acc = s.astype(np.int64)
+        sx = sx.astype(np.int64)
+        g_ic = 1
+    else:
+        cols = np.empty((ic, k, k, *shape), dtype=np.uint8)
+        for dy, dx, win in g.taps(xp, k):
+            cols[:, dy, dx] = win
+        cols = cols.reshape(ic * k * k, -1)
+        acc = _exact_matmul(wts.reshape(oc, -1), cols).reshape(oc, *shape)
+        sx = cols.sum(axis=0, dtype=np.int64).reshape(1, *shape)
+        g_ic = ic
+    sw = wts.reshape(oc, -1).sum(axis=1, dtype=np.int64)[:, None, None]
+    acc += (layer.arg_x * sx) >> layer.shr_x
+    acc += ((layer.arg_w * sw) >> layer.shr_w) + layer.arg_add * g_ic
+    return acc
+
+
+def batch_norm(bn: BatchNorm, acc: np.ndarray) -> np.ndarray:
+    """Step 2: per-channel fixed-point scale and offset (floor shift)."""
+    shape = (-1,) + (1,) * (acc.ndim - 1)
+    return ((acc * bn.mul.reshape(shape)) >> bn.shift.reshape(shape)) + bn.add.reshape(shape)
+
+
+def round_shift(v: np.ndarray, s: np.ndarray, rounding: str) -> np.ndarray:
+    """Right shift with the activation's rounding rule, elementwise (see TieRules).
+
+    ``"nncase"``: integral = v >> s (floor), fraction = v mod 2**s; fraction < half
+    keeps the integral, > half adds sign(v), == half adds sign(v) only if the integral
+    is odd. For negative v "adds sign(v)" moves away from the true value: nncase's
+    quirk, reproduced on purpose. ``"sdk"``: SDK ``kpu_carry_shift``: t = v >> (s-1);
+    odd t gives (t >> 1) + sign(v), else t >> 1 (again literal, wrong for negatives).
+    """
+    s = np.asarray(s, dtype=np.int64)
+    pos = s > 0
+    s1 = np.where(pos, s, 1)
+    sign = np.where(v < 0, -1, 1)
+    if rounding == "nncase":
+        integral = v >> s1
+        frac = v & ((np.int64(1) << s1) - 1)
+        half = np.int64(1) << (s1 - 1)
+        up = (frac > half) | ((frac == half) & ((integral & 1) == 1))
+        out = integral + np.where(up, sign, 0)
+    else:
+        t = v >> (s1 - 1)
+        out = (t >> 1) + np.where((t & 1) == 1, sign, 0)
+    return np.where(pos, out, v)
+
+
+def activate(act: ActivationTable, bn: np.ndarray, rules: TieRules) -> np.ndarray:
+    """Step 3: segment choice, linear piece, rounding, clamp to u8."""
+    seg = _segment(act.x_start, bn, rules)
+    v = (bn - act.x_start[seg]) * act.y_mul[seg]
+    y = round_shift(v, act.shift[seg], rules.rounding) + act.bias[seg]
+    return np.clip(y, 0, 255).astype(np.uint8)
+
+
+def _window_taps(src: np.ndarray, win: int, stride: int, oh: int, ow: int):
+    for dy in range(win):
+        for dx in range(win):
+            yield src[
+                :,
+                dy : dy + (oh - 1) * stride + 1 : stride,
+                dx : dx + (ow - 1) * stride + 1 : stride,
+            ]
+
+
+def pool(fmap: np.ndarray, pool_type: int, out_hw: tuple[int, int]) -> np.ndarray:
+    """Step 4: KPU pooling of a (C, H, W) map to (C, OH, OW) (nncase >= 0.2 rules).
+
+    Windows start at (oy*stride, ox*stride). Max ignores taps outside the map, mean
+    replicates the edge and divides the integer sum by window**2 (truncating), the
+    pick types read one tap (0 outside the map). Max and pick also accept the int64
+    accumulator (they commute with a non-decreasing activation, see :func:`run_conv`).
+    """
+    if pool_type == 0:
+        return fmap
+    win, stride = POOL_GEOMETRY[pool_type]
+    c, h, w = fmap.shape
+    oh, ow = out_hw
+    pad_h = max(0, (oh - 1) * stride + win - h)
+    pad_w = max(0, (ow - 1) * stride + win - w)
+    if pool_type in (5, 6, 7):
+        dx = 1 if pool_type == 6 else 0
+        src = np.pad(fmap, ((0, 0), (0, pad_h), (0, pad_w)))
+        return np.ascontiguousarray(
+            src[:, 0 : oh * stride : stride, dx : dx + ow * stride : stride][:, :oh, :ow]
+        )
+    if pool_type in (1, 3, 9):
+        wide = fmap.astype(np.int64 if fmap.dtype == np.int64 else np.int16)
+        low = np.iinfo(wide.dtype).min
+        src = np.pad(wide, ((0, 0), (0, pad_h), (0, pad_w)), constant_values=low)
+        out = np.full((c, oh, ow), low, dtype=wide.dtype)
+        for tap in _window_taps(src, win, stride, oh, ow):
+            np.maximum(out, tap, out=out)
+        return out if fmap.dtype == np.int64 else out.astype(np.uint8)
+    src = np.pad(fmap, ((0, 0), (0, pad_h), (0, pad_w)), mode="edge")
+    acc = np.zeros((c, oh, ow), dtype=np.uint32)
+    for tap in _window_taps(src, win, stride, oh, ow):
+        acc += tap
+    return (acc // (win * win)).astype(np.uint8)
+
+
+# --- fast path: the activation as a monotone step function of the BN value -------------
+
+#: BN values the fast path covers (far wider than the KPU's asserted 36 bits); a run
+#: whose BN values fall outside takes the direct path, so results never change
+_BN_MIN, _BN_MAX = -(1 << 46), (1 << 46) - 1
+#: most correction steps allowed after the coarse guess (else binary search)
+_MAX_STEPS = 6
+#: size of the coarse guess table
+_COARSE_BITS = 16
+
+
+@dataclass(frozen=True, eq=False)
+class StepLookup:
+    """A non-decreasing activation as ``out = #{t : T[t] <= bn}`` over 255 thresholds.
+
+    ``table`` = [-inf, T1..T255, +inf]. A coarse table over bins of 2**``shift`` BN
+    values starting at ``base`` gives the count at each bin's start; at most ``steps``
+    comparisons then finish the count (``steps`` is the most thresholds any bin holds,
+    computed when the lookup is built). ``steps`` None: binary search instead.
+    """
+
+    table: np.ndarray
+    base: int
+    shift: int
+    coarse: np.ndarray
+    steps: int | None
+
+    def __call__(self, bn: np.ndarray) -> np.ndarray:
+        if self.steps is None:
+            return (np.searchsorted(self.table, bn, side="right") - 1).astype(np.uint8)
+        top = self.base + (len(self.coarse) << self.shift) - 1
+        g = self.coarse[(np.clip(bn, self.base, top) - self.base) >> self.shift]
+        for _ in range(self.steps):
+            g += self.table[g + 1] <= bn
+        return g.astype(np.uint8)
+
+    @classmethod
+    def build(cls, thr: np.ndarray) -> StepLookup:
+        big = np.iinfo(np.int64).max
+        table = np.concatenate([[-big - 1], thr, [big]]).astype(np.int64)
+        finite = thr[(thr > _BN_MIN) & (thr <= _BN_MAX)]
+        if finite.size == 0:
+            return cls(table, 0, 0, np.zeros(1, np.intp), None)
+        base = int(finite.min()) - 1
+        span = int(finite.max()) - base + 1
+        shift = max(0, (span - 1).bit_length() - _COARSE_BITS)
+        starts = base + (np.arange(((span - 1) >> shift) + 1, dtype=np.int64) << shift)
+        coarse = (np.searchsorted(table, starts, side="right") - 1).astype(np.intp)
+        ends = np.append(starts[1:], big) - 1
+        inside = np.searchsorted(thr, ends, side="right") - np.searchsorted(
+            thr, starts, side="right"
+        )
+        worst = int(inside.max())
+        return cls(table, base, shift, coarse, worst if worst <= _MAX_STEPS else None)
+
+
+def _activation_thresholds(act: ActivationTable, rules: TieRules) -> np.ndarray | None:
+    """T[t-1] = smallest BN value whose activation output is >= t (t = 1..255), or None
+    when the activation is not non-decreasing over the BN range.
+
+    Between consecutive segment starts the chosen segment is fixed, so the function is
+    non-decreasing iff every reachable piece has y_mul >= 0 (its shifted value is then
+    >= 0, where both rounding rules are monotone) and no piece starts below where the
+    previous one ended.
+    """
+    edge = 1 if rules.segment == ">" else 0
+    starts = np.unique(np.clip(np.concatenate([[_BN_MIN], act.x_start + edge]), _BN_MIN, _BN_MAX))
+    ends = np.append(starts[1:] - 1, _BN_MAX)
+    f_start = activate(act, starts, rules).astype(np.int64)
+    f_end = activate(act, ends, rules).astype(np.int64)
+    seg = _segment(act.x_start, starts, rules)
+    if np.any((act.y_mul[seg] < 0) & (starts < ends)) or np.any(f_start[1:] < f_end[:-1]):
+        return None
+    lo = np.full(255, _BN_MIN, dtype=np.int64)
+    hi = np.full(255, _BN_MAX + 1, dtype=np.int64)  # hi = "never reaches t"
+    t = np.arange(1, 256)
+    while np.any(lo < hi):
+        mid = lo + (hi - lo) // 2
+        ok = activate(act, np.minimum(mid, _BN_MAX), rules).astype(np.int64) >= t
+        ok &= mid <= _BN_MAX
+        hi = np.where(ok & (lo < hi), mid, hi)
+        lo = np.where(~ok & (lo < hi), mid + 1, lo)
+    return lo
+
+
+def step_lookup(layer: ConvLayer, rules: TieRules) -> StepLookup | None:
+    """The layer's activation as a :class:`StepLookup`, or None when it is not
+    monotone (then the direct path runs). Cached on the layer per rules."""
+    if rules in layer._fused:
+        return layer._fused[rules]
+    thr = _activation_thresholds(layer.act, rules)
+    result = None if thr is None else StepLookup.build(thr)
+    layer._fused[rules] = result
+    return result
+
+
+def _segment(xs: np.ndarray, bn: np.ndarray, rules: TieRules) -> np.ndarray:
+    """Index of the activation segment each BN value falls in (TieRules.segment)."""
+    if np.all(np.diff(xs) > 0):
+        side = "left" if rules.segment == ">" else "right"
+        return np.maximum(np.searchsorted(xs, bn, side=side) - 1, 0)
+    shape = (-1,) + (1,) * bn.ndim
+    hit = bn[None] > xs.reshape(shape) if rules.segment == ">" else bn[None] >= xs.reshape(shape)
+    seg = len(xs) - 1 - np.argmax(hit[::-1], axis=0)
+    return np.where(hit.any(axis=0), seg, 0)
+
+
+#: pick pools: pool_type -> (row offset, column offset, stride)
+_PICKS = {5: (0, 0, 2), 6: (0, 1, 2), 7: (0, 0, 4)}
+
+
+def run_conv(layer: ConvLayer, x: np.ndarray, rules: TieRules, fused: bool = True) -> np.ndarray:
+    """Steps 1-4 on an input map: returns the (OC, OH, OW) u8 output.
+
+    Pick pooling commutes with any function, so the conv is evaluated only at the picked
+    positions. Fast path (``fused``), identical results: a monotone activation becomes
+    a :class:`StepLookup`; when BN is non-decreasing too (every norm_mul >= 0), max
+    pooling runs on the accumulator first, so only pooled elements are activated.
+    """
+    out_hw = layer.out_shape[1:]
+    look = step_lookup(layer, rules) if fused else None
+    if layer.pool_type in _PICKS:
+        y0, x0, step = _PICKS[layer.pool_type]
+        acc, pool_type = convolve(layer, x, Grid(y0, x0, step, *out_hw)), 0
+    else:
+        acc, pool_type = convolve(layer, x), layer.pool_type
+    if look is not None and pool_type in (1, 3, 9) and not np.any(layer.bn.mul < 0):
+        acc, pool_type = pool(acc, pool_type, out_hw), 0
+    bn = batch_norm(layer.bn, acc)
+    if look is not None and bn.size and bn.min() >= _BN_MIN and bn.max() <= _BN_MAX:
+        y = look(bn)
+    else:
+        y = activate(layer.act, bn, rules)
+    return pool(y, pool_type, out_hw)
+
+
+def run_conv_in_ram(
+    ram: KpuRam, layer: ConvLayer, rules: TieRules, batch: int = 0, fused: bool = True
+) -> np.ndarray:
+    """Read the input map from KPU RAM, compute, write the output map back (step 5)."""
+    ic, ih, iw = layer.in_shape
+    oc, oh, ow = layer.out_shape
+    src = layer.src_row + batch * fmap_rows(ic, ih, iw)
+    dst = layer.dst_row + batch * fmap_rows(oc, oh, ow)
+    x = ram.read_map(src, ic, ih, iw, "kpu conv input")
+    out = run_conv(layer, x, rules, fused)
+    ram.write_map(dst, out, "kpu conv output")
+    return out

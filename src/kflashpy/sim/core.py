@@ -1,0 +1,354 @@
+"""The emulated K210 core: unicorn RV64 running whatever the host uploaded and booted.
+
+One hart, machine mode. Virtual time advances with executed instructions at the CPU
+clock SYSCTL programs (count-limited ``emu_start`` slices, one instruction per cycle),
+plus the time peripherals stall the CPU (SPI transfers). Between slices the board
+delivers UART bytes that have arrived and raises interrupts.
+
+unicorn never performs RISC-V trap entry and cannot raise MEIP/MTIP (issues #2402,
+#1854), so this module does it, as documented in k210_hardware_emulation.md §5:
+
+* ``ecall`` (and other synchronous exceptions) -> mepc/mcause/mstatus updated, PC = mtvec;
+* external (PLIC), timer (CLINT mtimecmp) and software (msip) interrupts are taken between
+  slices when mstatus.MIE and the mie bit allow, and chained directly at ``mret`` when
+  another one is already pending (so a burst of UART bytes costs one slice, not one each);
+* ``csrr rd, mip`` instructions are patched through a code hook that ORs in the virtual
+  MEIP/MTIP/MSIP bits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from unicorn import (
+    UC_ARCH_RISCV,
+    UC_HOOK_CODE,
+    UC_HOOK_INTR,
+    UC_MODE_RISCV64,
+    UC_PROT_ALL,
+    Uc,
+    UcError,
+)
+from unicorn import riscv_const as rv
+
+from .crypto import AesEngine, ShaEngine
+from .memory import SRAM_ALIAS, SRAM_BASE, SRAM_SIZE
+from .periph import (
+    LINK_RX_PIN,
+    LINK_TX_PIN,
+    UART_RX_FUNCS,
+    UART_TX_FUNCS,
+    Clint,
+    Fpioa,
+    Plic,
+    RegisterFile,
+    Sysctl,
+)
+from .spi3 import Spi3
+from .uarts import DwUart, Uarths
+
+MSTATUS_MIE, MSTATUS_MPIE, MSTATUS_MPP = 0x8, 0x80, 0x1800
+MIE_MSIE, MIE_MTIE, MIE_MEIE = 1 << 3, 1 << 7, 1 << 11
+IRQ_BIT = 1 << 63
+CAUSE_ECALL_M = 11
+INSN_MRET, INSN_WFI = 0x3020_0073, 0x1050_0073
+CSRR_MIP_MASK, CSRR_MIP = 0xFFFF_F07F, 0x3440_2073  # csrrs rd, mip, x0
+RX_BATCH = 8  # UART bytes allowed to arrive per slice (half a DW FIFO)
+MIN_SLICE, MAX_SLICE = 200, 4_000_000
+_UNTIL = 0xFFFF_FFFF_FFFF_FFFE  # never reached: slices end by instruction count
+
+# (base, size, name) of peripherals modelled as plain register files
+_PLAIN = (
+    (0x3800_1000, 0x1000, "gpiohs"),
+    (0x5000_0000, 0x1000, "dmac"),
+    (0x5020_0000, 0x1000, "gpio"),
+    (0x5024_0000, 0x1000, "spi2"),
+    (0x5025_0000, 0x3000, "i2s"),
+    (0x5028_0000, 0x3000, "i2c"),
+    (0x502D_0000, 0x3000, "timers"),
+    (0x5040_0000, 0x2000, "wdt"),
+    (0x5042_0000, 0x1000, "otp"),
+    (0x5043_0000, 0x1000, "dvp"),
+    (0x5046_0000, 0x1000, "rtc"),
+    (0x5200_0000, 0x1000, "spi0"),
+    (0x5300_0000, 0x1000, "spi1"),
+)
+_IRQ = {"uart1": 11, "uart2": 12, "uart3": 13, "uarths": 33}
+
+
+class Core:
+    """One hart running from ``entry`` on the board's SRAM and peripheral models."""
+
+    def __init__(self, board: Any, entry: int) -> None:
+        self.board = board
+        self.entry = entry
+        self.instructions = 0
+        self.slices = 0
+        self.traps = 0
+        self._stall = 0.0
+        self._skip: float | None = None
+        self._reset_requested = False
+        uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
+        for base in (SRAM_BASE, SRAM_ALIAS):
+            uc.mem_map_ptr(base, SRAM_SIZE, UC_PROT_ALL, board.sram.host_address)
+
+        self.sysctl = Sysctl(self._clock_changed, self._request_soft_reset)
+        self.fpioa = Fpioa(self._route)
+        self.clint = Clint(self._mtime)
+        self.plic = Plic()
+        self.uarths = Uarths(lambda: self.cpu_hz, self._transmit, board.rom.div)
+        self.uarts = {
+            "uarths": self.uarths,
+            **{
+                n: DwUart(n, lambda: self.apb0_hz, self._transmit)
+                for n in ("uart1", "uart2", "uart3")
+            },
+        }
+        for bit, name in ((16, "uart1"), (17, "uart2"), (18, "uart3")):
+            self.sysctl.peri_reset_hooks[bit] = self.uarts[name].reset
+        self.spi3 = Spi3(
+            board.flash, self._time, self.sysctl.spi3_hz, self._add_stall, self._skip_until
+        )
+        self.sysctl.peri_reset_hooks[9] = self.spi3.reset
+        for name, uart in self.uarts.items():
+            self.plic.sources[_IRQ[name]] = uart.irq
+        self.sha = ShaEngine()
+        self.aes = AesEngine()
+        self._mmio(0x0200_0000, self.clint)
+        self._mmio(0x0C00_0000, self.plic)
+        self._mmio(0x3800_0000, self.uarths)
+        self._mmio(0x5021_0000, self.uarts["uart1"])
+        self._mmio(0x5022_0000, self.uarts["uart2"])
+        self._mmio(0x5023_0000, self.uarts["uart3"])
+        self._mmio(0x502B_0000, self.fpioa)
+        self._mmio(0x502C_0000, self.sha)
+        self._mmio(0x5044_0000, self.sysctl)
+        self._mmio(0x5045_0000, self.aes)
+        self._mmio(0x5400_0000, self.spi3)
+        for base, size, name in _PLAIN:
+            self._mmio(base, RegisterFile(name, size))
+
+        self.cpu_hz = self.apb0_hz = 0.0
+        self._mtime_base, self._mtime_t0 = 0, board.now
+        self._clock_changed()
+        self._route()
+        uc.hook_add(UC_HOOK_INTR, self._on_exception)
+        self._install_code_hooks(board.rom.written_range(entry))
+        uc.reg_write(rv.UC_RISCV_REG_PC, entry)
+
+    # ------------------------------------------------------------------ wiring
+    def _mmio(self, base: int, dev: Any) -> None:
+        read, write = dev.read, dev.write
+
+        def rd(uc: Uc, offset: int, size: int, _ud: object) -> int:
+            return read(offset, size)
+
+        def wr(uc: Uc, offset: int, size: int, value: int, _ud: object) -> None:
+            write(offset, size, value)
+
+        self.uc.mmio_map(base, dev.size, rd, None, wr, None)
+
+    def _install_code_hooks(self, span: tuple[int, int]) -> None:
+        """Hook every ``mret`` and ``csrr rd, mip`` found in the uploaded code."""
+        lo, hi = span
+        off = lo - SRAM_BASE
+        raw = np.frombuffer(self.board.sram.data, dtype=np.uint16, count=(hi - lo) // 2, offset=off)
+        if raw.size < 2:
+            return
+        words = raw[:-1].astype(np.uint32) | (raw[1:].astype(np.uint32) << 16)
+        for idx in np.flatnonzero(words == INSN_MRET):
+            self._hook(lo + 2 * int(idx), self._on_mret, None)
+        for idx in np.flatnonzero((words & CSRR_MIP_MASK) == CSRR_MIP):
+            self._hook(lo + 2 * int(idx), self._on_csrr_mip, int(words[idx]) >> 7 & 0x1F)
+
+    def _hook(self, addr: int, callback: Any, data: object) -> None:
+        """Hook one instruction in both SRAM views (code may run from the alias)."""
+        for view in (addr, addr - SRAM_BASE + SRAM_ALIAS):
+            self.uc.hook_add(UC_HOOK_CODE, callback, data, view, view)
+
+    def _route(self) -> None:
+        """Follow the FPIOA: which UART listens on IO4 and which one drives IO5."""
+        self.rx_uart = self.uarts.get(UART_RX_FUNCS.get(self.fpioa.function(LINK_RX_PIN), ""))
+        self.tx_name = UART_TX_FUNCS.get(self.fpioa.function(LINK_TX_PIN))
+
+    def _clock_changed(self) -> None:
+        now = self._time() if self.cpu_hz else self.board.now
+        if self.cpu_hz:
+            self._mtime_base = self._mtime()
+            self._mtime_t0 = now
+        self.cpu_hz = self.sysctl.cpu_hz()
+        self.apb0_hz = self.sysctl.apb0_hz()
+
+    # ------------------------------------------------------------------ callbacks
+    def _time(self) -> float:
+        return self.board.now + self._stall
+
+    def _mtime(self) -> int:
+        return self._mtime_base + int((self._time() - self._mtime_t0) * self.cpu_hz / 50)
+
+    def _add_stall(self, seconds: float) -> None:
+        self._stall += seconds
+
+    def _skip_until(self, t: float) -> None:
+        self._skip = t
+        self.uc.emu_stop()
+
+    def _request_soft_reset(self) -> None:
+        self._reset_requested = True
+        self.uc.emu_stop()
+
+    def _transmit(self, name: str, byte: int) -> None:
+        if name == self.tx_name:
+            self.board.board_transmit(bytes((byte,)), self._time(), self.uarts[name].baud())
+
+    def _pending_cause(self, mie: int) -> int:
+        if mie & MIE_MEIE and self.plic.best():
+            return IRQ_BIT | 11
+        if mie & MIE_MTIE and self._mtime() >= self.clint.mtimecmp():
+            return IRQ_BIT | 7
+        if mie & MIE_MSIE and self.clint.msip():
+            return IRQ_BIT | 3
+        return 0
+
+    def _vector(self, cause: int) -> int:
+        tvec = self.uc.reg_read(rv.UC_RISCV_REG_MTVEC)
+        if tvec & 1 and cause & IRQ_BIT:
+            return (tvec & ~3) + 4 * (cause & 0x3F)
+        return tvec & ~3
+
+    def _enter_trap(self, cause: int, epc: int) -> None:
+        uc = self.uc
+        mstatus = uc.reg_read(rv.UC_RISCV_REG_MSTATUS)
+        mpie = MSTATUS_MPIE if mstatus & MSTATUS_MIE else 0
+        mstatus = (mstatus & ~(MSTATUS_MIE | MSTATUS_MPIE)) | mpie | MSTATUS_MPP
+        uc.reg_write(rv.UC_RISCV_REG_MSTATUS, mstatus)
+        uc.reg_write(rv.UC_RISCV_REG_MEPC, epc)
+        uc.reg_write(rv.UC_RISCV_REG_MCAUSE, cause)
+        uc.reg_write(rv.UC_RISCV_REG_PC, self._vector(cause))
+        self.traps += 1
+
+    def _on_exception(self, uc: Uc, intno: int, _ud: object) -> None:
+        pc = uc.reg_read(rv.UC_RISCV_REG_PC)
+        if intno == 8:  # ecall: unicorn already stepped over it
+            self._enter_trap(CAUSE_ECALL_M, pc - 4)
+        else:
+            self._halt_reason = f"exception {intno} at 0x{pc:08x}"
+            uc.emu_stop()
+
+    def _on_mret(self, uc: Uc, address: int, size: int, _ud: object) -> None:
+        mstatus = uc.reg_read(rv.UC_RISCV_REG_MSTATUS)
+        if not mstatus & MSTATUS_MPIE:
+            return
+        cause = self._pending_cause(uc.reg_read(rv.UC_RISCV_REG_MIE))
+        if cause:
+            # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
+            uc.reg_write(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP)
+            uc.reg_write(rv.UC_RISCV_REG_MCAUSE, cause)
+            uc.reg_write(rv.UC_RISCV_REG_PC, self._vector(cause))
+            self.traps += 1
+
+    def _on_csrr_mip(self, uc: Uc, address: int, size: int, rd: int) -> None:
+        value = uc.reg_read(rv.UC_RISCV_REG_MIP)
+        if self.plic.best():
+            value |= MIE_MEIE
+        if self._mtime() >= self.clint.mtimecmp():
+            value |= MIE_MTIE
+        if self.clint.msip():
+            value |= MIE_MSIE
+        if rd:
+            uc.reg_write(rv.UC_RISCV_REG_X0 + rd, value)
+        uc.reg_write(rv.UC_RISCV_REG_PC, address + 4)
+
+    # ------------------------------------------------------------------ running
+    def link_baud(self) -> float | None:
+        return self.rx_uart.baud() if self.rx_uart is not None else None
+
+    def _sync_rx(self) -> None:
+        board = self.board
+        uart = self.rx_uart
+        if uart is None:
+            board.to_board.receive(board.now, board.host_baud)
+            return
+        for _, chunk in board.to_board.receive(board.now, uart.baud()):
+            uart.receive(chunk)
+
+    def _next_event(self, t_end: float) -> float:
+        t = t_end
+        uart = self.rx_uart
+        if uart is not None:
+            room = uart.room()
+            batch = max(1, min(room, RX_BATCH))
+            pending = self.board.to_board.pending()
+            if pending:
+                arrival = self.board.to_board.arrival_of(min(batch, pending))
+                if arrival is not None and arrival < t:
+                    t = arrival
+        if self.uc.reg_read(rv.UC_RISCV_REG_MIE) & MIE_MTIE and self.cpu_hz:
+            due = self._mtime_t0 + (self.clint.mtimecmp() - self._mtime_base) * 50 / self.cpu_hz
+            if self.board.now < due < t:
+                t = due
+        return t
+
+    def run(self, t_end: float) -> None:
+        """Execute until virtual time ``t_end`` (or until the board leaves the core)."""
+        board = self.board
+        uc = self.uc
+        self._halt_reason = ""
+        while board.now < t_end and board.core is self:
+            self._sync_rx()
+            mstatus = uc.reg_read(rv.UC_RISCV_REG_MSTATUS)
+            if mstatus & MSTATUS_MIE:
+                cause = self._pending_cause(uc.reg_read(rv.UC_RISCV_REG_MIE))
+                if cause:
+                    self._enter_trap(cause, uc.reg_read(rv.UC_RISCV_REG_PC))
+            t_stop = self._next_event(t_end)
+            hz = self.cpu_hz
+            count = min(MAX_SLICE, max(MIN_SLICE, int((t_stop - board.now) * hz)))
+            self._stall = 0.0
+            self._skip = None
+            pc = uc.reg_read(rv.UC_RISCV_REG_PC)
+            try:
+                uc.emu_start(pc, _UNTIL, count=count)
+            except UcError as exc:
+                pc = uc.reg_read(rv.UC_RISCV_REG_PC)
+                board._halt(f"{exc} at 0x{pc:08x}")
+                return
+            self.slices += 1
+            self.instructions += count
+            board.now += count / hz + self._stall
+            self._stall = 0.0
+            if self._halt_reason:
+                board._halt(self._halt_reason)
+                return
+            if self._reset_requested:
+                board.soft_reset()
+                return
+            if self._skip is not None or self._at_wfi():
+                target = self._skip if self._skip is not None else t_end
+                board.now = max(board.now, min(target, self._next_event(t_end)))
+
+    def _at_wfi(self) -> bool:
+        pc = self.uc.reg_read(rv.UC_RISCV_REG_PC)
+        try:
+            insn = self.uc.mem_read(pc - 4, 4)
+        except UcError:
+            return False
+        return int.from_bytes(insn, "little") == INSN_WFI
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "pc": self.uc.reg_read(rv.UC_RISCV_REG_PC),
+            "cpu_hz": self.cpu_hz,
+            "instructions": self.instructions,
+            "slices": self.slices,
+            "traps": self.traps,
+            "plic_claims": self.plic.claims,
+            "spi3_transactions": self.spi3.transactions,
+            "rx_uart": self.rx_uart.name if self.rx_uart is not None else None,
+            "tx_uart": self.tx_name,
+        }
+
+    def close(self) -> None:
+        """Forget the emulator instance (the SRAM cells stay with the board)."""
+        self.uc = None  # type: ignore[assignment]

@@ -1,0 +1,205 @@
+"""SPI3 (DesignWare APB SSI, K210 "SPI3" register layout), hard-wired to the NOR flash.
+
+Transaction model (k210_hardware_emulation.md §2.5): a transaction is everything between
+SER≠0 with SSIENR=1 and SER=0 or SSIENR=0; chip select follows it. Frames pushed to DR
+before the slave is selected wait in the TX FIFO and go out at selection. The TX FIFO
+drains at once (TXFLR=0, TFE=1); RX data of EEPROM-read/RX-only transfers is generated
+lazily when RXFLR, SR or DR is read, so the 32-entry RX FIFO never overflows. Enhanced
+(dual/quad) transfers take the instruction and address from the first TX entries, as the
+SDK sends them, and go to ``NorFlash.enhanced``.
+
+Time: every transfer costs ``bits / SCLK`` of virtual time (charged to the core as a
+stall). Repeated status reads that find the flash busy let the core skip ahead to the
+end of the busy time instead of emulating every poll (the guest would only poll).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+CTRLR0, CTRLR1, SSIENR, SER, BAUDR = 0x00, 0x04, 0x08, 0x10, 0x14
+TXFLR, RXFLR, SR, DR0, DR_END, SPI_CTRLR0 = 0x20, 0x24, 0x28, 0x60, 0xF0, 0xF4
+FIFO_DEPTH = 32
+TMOD_TXRX, TMOD_TX, TMOD_RX, TMOD_EEPROM = 0, 1, 2, 3
+BUSY_POLLS_BEFORE_SKIP = 3
+_LINES = {1: 2, 2: 4, 3: 8}
+
+
+class Spi3:
+    """The SPI3 controller with the flash on CS0."""
+
+    name = "spi3"
+    size = 0x1000
+
+    def __init__(
+        self,
+        flash: Any,
+        now: Callable[[], float],
+        sclk_source: Callable[[], float],
+        stall: Callable[[float], None],
+        skip_to: Callable[[float], None],
+    ) -> None:
+        self.flash = flash
+        self._now = now
+        self._src = sclk_source
+        self._stall = stall
+        self._skip_to = skip_to
+        self.regs = bytearray(0x120)
+        self.reset()
+
+    def reset(self) -> None:
+        self.regs[:] = bytes(len(self.regs))
+        self.txq: list[int] = []
+        self.rxq = bytearray()
+        self.rx_left = 0  # frames still to receive (generated on demand)
+        self.selected = False
+        self.enh = False
+        self._first = -1  # first byte of a standard transaction (its opcode)
+        self._busy_polls = 0
+        self.transactions = 0
+
+    def _reg(self, off: int) -> int:
+        return int.from_bytes(self.regs[off : off + 4], "little")
+
+    @property
+    def _ctrlr0(self) -> int:
+        return self._reg(CTRLR0)
+
+    def _frame_bytes(self) -> int:
+        return ((self._ctrlr0 & 0x1F) + 1 + 7) // 8
+
+    def _charge(self, nbytes: int) -> None:
+        baudr = self._reg(BAUDR) & 0xFFFE or 2
+        self._stall(nbytes * 8 * baudr / self._src())
+
+    # ------------------------------------------------------------------ MMIO
+    def read(self, offset: int, size: int) -> int:
+        if DR0 <= offset < DR_END:
+            fb = self._frame_bytes()
+            if len(self.rxq) < fb:
+                self._fill()
+            if len(self.rxq) < fb:
+                return 0
+            value = int.from_bytes(self.rxq[:fb], "big")
+            del self.rxq[:fb]
+            return value
+        if offset == RXFLR:
+            self._fill()
+            return min(FIFO_DEPTH, len(self.rxq) // self._frame_bytes())
+        if offset == SR:
+            self._fill()
+            return 0x06 | (0x08 if self.rxq else 0)
+        if offset == TXFLR:
+            return 0
+        return int.from_bytes(self.regs[offset : offset + size], "little")
+
+    def write(self, offset: int, size: int, value: int) -> None:
+        if DR0 <= offset < DR_END:
+            self._push(value & 0xFFFF_FFFF)
+            return
+        self.regs[offset : offset + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(
+            size, "little"
+        )
+        if offset == SSIENR:
+            if value & 1:
+                self._maybe_select()
+            else:
+                self._deselect()
+                self.txq.clear()
+                self.rxq.clear()
+                self.rx_left = 0
+        elif offset == SER:
+            if value & 1:
+                self._maybe_select()
+            else:
+                self._deselect()
+
+    # ------------------------------------------------------------------ transactions
+    def _maybe_select(self) -> None:
+        if self.selected or not self.regs[SSIENR] & 1 or not self.regs[SER] & 1:
+            return
+        self.selected = True
+        self.transactions += 1
+        ctrlr0 = self._ctrlr0
+        self.enh = bool(ctrlr0 >> 22 & 3)
+        self._first = -1
+        if self.enh:
+            if ctrlr0 >> 10 & 3 == TMOD_RX:
+                self.rx_left = self._reg(CTRLR1) + 1
+            return
+        self.flash.select(self._now())
+        pending, self.txq = self.txq, []
+        for frame in pending:
+            self._push(frame)
+        if ctrlr0 >> 10 & 3 in (TMOD_RX, TMOD_EEPROM):
+            self.rx_left = self._reg(CTRLR1) + 1
+
+    def _to_bytes(self, frame: int) -> bytes:
+        fb = self._frame_bytes()
+        return (frame & ((1 << (8 * fb)) - 1)).to_bytes(fb, "big")
+
+    def _push(self, frame: int) -> None:
+        if not self.selected or self.enh:
+            if len(self.txq) < FIFO_DEPTH or self.enh:
+                self.txq.append(frame)
+            return
+        data = self._to_bytes(frame)
+        if self._first < 0:
+            self._first = data[0]
+        self._charge(len(data))
+        rx = self.flash.exchange(data, self._now())
+        if self._ctrlr0 >> 10 & 3 == TMOD_TXRX:
+            self.rxq += rx
+
+    def _fill(self) -> None:
+        """Clock in the next RX frames (up to a FIFO's worth) of a receive transfer."""
+        if not self.selected or not self.rx_left or len(self.rxq) >= FIFO_DEPTH:
+            return
+        fb = self._frame_bytes()
+        if self.enh:
+            self._enhanced(rx_frames=self.rx_left)
+            return
+        n = min(self.rx_left, FIFO_DEPTH - len(self.rxq) // fb)
+        self.rx_left -= n
+        self._charge(n * fb)
+        now = self._now()
+        rx = self.flash.exchange(bytes(n * fb), now)
+        self.rxq += rx
+        if self._first == 0x05 and rx and rx[0] & 1:
+            self._busy_polls += 1
+            if self._busy_polls >= BUSY_POLLS_BEFORE_SKIP and self.flash.busy_until > now:
+                self._busy_polls = 0
+                self._skip_to(self.flash.busy_until)
+        elif self._first == 0x05:
+            self._busy_polls = 0
+
+    def _enhanced(self, rx_frames: int = 0) -> None:
+        """Run a dual/quad transfer from the queued TX entries (inst, addr, data...)."""
+        spi = self._reg(SPI_CTRLR0)
+        inst_bits = (0, 4, 8, 16)[spi >> 8 & 3]
+        addr_bits = (spi >> 2 & 0xF) * 4
+        wait = spi >> 11 & 0x1F
+        lines = _LINES.get(self._ctrlr0 >> 22 & 3, 1)
+        entries, self.txq = self.txq, []
+        inst = entries.pop(0) & 0xFF if inst_bits and entries else None
+        addr = entries.pop(0) if addr_bits and entries else 0
+        fb = self._frame_bytes()
+        tx = b"".join(self._to_bytes(f) for f in entries)
+        self.rx_left = 0
+        self._charge(len(tx) + rx_frames * fb)
+        rx = self.flash.enhanced(
+            inst, addr, addr_bits, wait, tx, rx_frames * fb, lines, self._now()
+        )
+        self.rxq += rx
+
+    def _deselect(self) -> None:
+        if not self.selected:
+            return
+        if self.enh:
+            if self.txq:
+                self._enhanced()
+        else:
+            self.flash.deselect(self._now())
+        self.selected = False
+        self.rx_left = 0

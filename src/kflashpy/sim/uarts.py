@@ -1,0 +1,205 @@
+"""The K210 UARTs: UARTHS (SiFive) and the three DesignWare APB UARTs (UART1–3).
+
+A UART that the FPIOA routes to IO4 receives what the host sends, at the rate its own
+divisor gives (a mismatch with the host's rate yields garbage); one routed to IO5 puts
+bytes on the wire to the host. Register behaviour follows k210_hardware_emulation.md
+§2.1–§2.2, including the K210 DW UART quirks: with IER.PTIME set, LSR bit 5 means "TX FIFO
+full" (never, here: the wire takes bytes at once and paces them), and the divisor has a
+fractional part (DLF), so ``baud = f_APB0 / (4096*DLH + 16*DLL + DLF)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .periph import merge
+
+Transmit = Callable[[str, int], None]  # (uart name, byte)
+
+
+class _Uart:
+    """What the board needs from any UART: a name, a rate, an RX FIFO and an IRQ level."""
+
+    fifo_depth = 16
+    size = 0x1000
+
+    def __init__(self, name: str, clock: Callable[[], float], transmit: Transmit) -> None:
+        self.name = name
+        self._clock = clock
+        self._transmit = transmit
+        self.rx = bytearray()
+        self.overruns = 0
+
+    def receive(self, data: bytes) -> None:
+        """Bytes arrived on the RX pin; those that do not fit the FIFO are lost."""
+        room = self.fifo_depth - len(self.rx)
+        if len(data) > room:
+            self.overruns += len(data) - room
+            data = data[:room]
+        self.rx += data
+
+    def room(self) -> int:
+        return self.fifo_depth - len(self.rx)
+
+    def baud(self) -> float:
+        raise NotImplementedError
+
+    def irq(self) -> bool:
+        raise NotImplementedError
+
+
+class Uarths(_Uart):
+    """SiFive UART at 0x3800_0000: baud = f_cpu / (div + 1), 8-byte FIFOs."""
+
+    fifo_depth = 8
+
+    def __init__(self, clock: Callable[[], float], transmit: Transmit, div: int) -> None:
+        super().__init__("uarths", clock, transmit)
+        self.regs = [0] * 7  # txdata, rxdata, txctrl, rxctrl, ie, ip, div
+        self.regs[2] = self.regs[3] = 1  # the ROM left TX and RX enabled
+        self.regs[6] = div
+
+    def baud(self) -> float:
+        return self._clock() / ((self.regs[6] & 0xFFFF) + 1)
+
+    def _ip(self) -> int:
+        txwm = 1 if (self.regs[2] >> 16 & 7) > 0 else 0  # TX FIFO (always drained) < txcnt
+        rxwm = 2 if len(self.rx) > (self.regs[3] >> 16 & 7) else 0
+        return txwm | rxwm
+
+    def irq(self) -> bool:
+        return bool(self.regs[4] & self._ip())
+
+    def read(self, offset: int, size: int) -> int:
+        reg = offset >> 2
+        if reg == 1:
+            if not self.rx:
+                value = 0x8000_0000
+            else:
+                value = self.rx[0]
+                del self.rx[0]
+        elif reg == 0:
+            value = 0  # TX FIFO never full
+        elif reg == 5:
+            value = self._ip()
+        elif reg < 7:
+            value = self.regs[reg]
+        else:
+            return 0
+        return (value >> ((offset & 3) * 8)) & ((1 << (8 * size)) - 1)
+
+    def write(self, offset: int, size: int, value: int) -> None:
+        reg = offset >> 2
+        if reg == 0 and offset & 3 == 0:
+            if self.regs[2] & 1:
+                self._transmit(self.name, value & 0xFF)
+        elif reg in (2, 3, 4, 6):
+            _, self.regs[reg] = merge(self.regs[reg], offset, size, value)
+
+
+# DW APB UART register offsets
+RBR, IER, IIR, LCR, MCR, LSR, MSR, SCR, USR, TFL, RFL, DLF = (
+    0x00,
+    0x04,
+    0x08,
+    0x0C,
+    0x10,
+    0x14,
+    0x18,
+    0x1C,
+    0x7C,
+    0x80,
+    0x84,
+    0xC0,
+)
+IER_ERBFI, IER_ETBEI, IER_PTIME = 0x01, 0x02, 0x80
+LCR_DLAB = 0x80
+
+
+class DwUart(_Uart):
+    """DesignWare APB UART (UART1/2/3) as the K210 SDK programs it."""
+
+    def __init__(self, name: str, clock: Callable[[], float], transmit: Transmit) -> None:
+        super().__init__(name, clock, transmit)
+        self.reset()
+
+    def reset(self) -> None:
+        """Peripheral reset (SYSCTL peri_reset): registers to defaults, FIFOs emptied."""
+        self.dll = self.dlh = self.dlf = 0
+        self.ier = self.lcr = self.mcr = self.scr = self.fcr = 0
+        self.rx.clear()
+
+    def baud(self) -> float:
+        divisor = 4096 * self.dlh + 16 * self.dll + self.dlf
+        return self._clock() / divisor if divisor else 0.0
+
+    def irq(self) -> bool:
+        return bool(self.ier & IER_ERBFI and self.rx) or bool(self.ier & IER_ETBEI)
+
+    def _iir(self) -> int:
+        fifo = 0xC0 if self.fcr & 1 else 0
+        if self.ier & IER_ERBFI and self.rx:
+            return fifo | 0x04
+        if self.ier & IER_ETBEI:
+            return fifo | 0x02
+        return fifo | 0x01
+
+    def _lsr(self) -> int:
+        # TEMT always; bit 5 = THRE (classic) or "TX FIFO full" with PTIME: never full
+        return 0x40 | (0 if self.ier & IER_PTIME else 0x20) | (1 if self.rx else 0)
+
+    def read(self, offset: int, size: int) -> int:
+        if offset == RBR:
+            if self.lcr & LCR_DLAB:
+                return self.dll
+            if not self.rx:
+                return 0
+            value = self.rx[0]
+            del self.rx[0]
+            return value
+        if offset == LSR:
+            return self._lsr()
+        if offset == IIR:
+            return self._iir()
+        if offset == IER:
+            return self.dlh if self.lcr & LCR_DLAB else self.ier
+        if offset == USR:
+            return (
+                0x06 | (0x08 if self.rx else 0) | (0x10 if len(self.rx) >= self.fifo_depth else 0)
+            )
+        if offset == RFL:
+            return len(self.rx)
+        if offset == LCR:
+            return self.lcr
+        if offset == MCR:
+            return self.mcr
+        if offset == SCR:
+            return self.scr
+        if offset == DLF:
+            return self.dlf
+        return 0  # TFL, MSR, and anything unmodelled
+
+    def write(self, offset: int, size: int, value: int) -> None:
+        value &= 0xFFFF_FFFF
+        if offset == RBR:
+            if self.lcr & LCR_DLAB:
+                self.dll = value & 0xFF
+            else:
+                self._transmit(self.name, value & 0xFF)
+        elif offset == IER:
+            if self.lcr & LCR_DLAB:
+                self.dlh = value & 0xFF
+            else:
+                self.ier = value & 0xFF
+        elif offset == IIR:
+            self.fcr = value & 0xFF
+            if value & 0x02:
+                self.rx.clear()
+        elif offset == LCR:
+            self.lcr = value & 0xFF
+        elif offset == MCR:
+            self.mcr = value & 0xFF
+        elif offset == SCR:
+            self.scr = value & 0xFF
+        elif offset == DLF:
+            self.dlf = value & 0xF

@@ -1,0 +1,129 @@
+"""One direction of the serial line between the host and the board, in virtual time.
+
+A byte occupies 10 bit times on the wire (8N1: start bit, 8 data bits, stop bit), so a
+sender at ``baud`` puts one byte out every ``10 / baud`` seconds, back to back. The
+receiver samples the line at its own rate: when the two rates differ by more than
+:data:`BAUD_TOLERANCE` the receiver does not see the bytes that were sent but framing
+garbage, roughly ``rate_ratio`` bytes per byte sent, as a real UART does.
+
+Bytes are kept as segments (start time, byte time, bytes) so that a 64 KiB frame costs one
+list entry, not 65 536.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+
+BITS_PER_BYTE = 10
+# Total clock mismatch an 8N1 receiver tolerates before the stop bit is sampled in the
+# wrong place (half a bit over ten bits, shared by both ends, with margin).
+BAUD_TOLERANCE = 0.035
+
+
+def baud_mismatch(sender: float, receiver: float) -> bool:
+    """True when a receiver at ``receiver`` baud cannot decode a sender at ``sender``."""
+    if sender <= 0 or receiver <= 0:
+        return True
+    return abs(receiver / sender - 1.0) > BAUD_TOLERANCE
+
+
+@dataclass
+class _Segment:
+    t0: float  # when the first byte started
+    dt: float  # seconds per byte
+    baud: float
+    data: bytes
+    pos: int = 0  # bytes already delivered
+
+    def arrival(self, index: int) -> float:
+        """Virtual time at which byte ``index`` has been completely received."""
+        return self.t0 + (index + 1) * self.dt
+
+
+class Wire:
+    """Bytes in flight in one direction, delivered to a receiver at its own baud rate."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self._segments: deque[_Segment] = deque()
+        self._free_at = 0.0
+        self._rng = random.Random(seed)
+        self.bytes_sent = 0
+        self.bytes_garbled = 0
+
+    def send(self, data: bytes, now: float, baud: float) -> float:
+        """Queue ``data`` to go out at ``baud`` once the line is free; return the end time."""
+        if not data:
+            return max(now, self._free_at)
+        dt = BITS_PER_BYTE / baud
+        t0 = max(now, self._free_at)
+        self._segments.append(_Segment(t0, dt, float(baud), bytes(data)))
+        self._free_at = t0 + dt * len(data)
+        self.bytes_sent += len(data)
+        return self._free_at
+
+    @property
+    def idle_at(self) -> float:
+        """When the last queued byte has left the sender."""
+        return self._free_at
+
+    def next_arrival(self) -> float | None:
+        """Arrival time of the next undelivered byte, or None when nothing is in flight."""
+        if not self._segments:
+            return None
+        seg = self._segments[0]
+        return seg.arrival(seg.pos)
+
+    def arrival_of(self, count: int) -> float | None:
+        """Arrival time of the ``count``-th undelivered byte (1-based), None if not queued."""
+        for seg in self._segments:
+            left = len(seg.data) - seg.pos
+            if count <= left:
+                return seg.arrival(seg.pos + count - 1)
+            count -= left
+        return None
+
+    def pending(self) -> int:
+        """Bytes queued and not yet delivered (whether or not they have arrived)."""
+        return sum(len(s.data) - s.pos for s in self._segments)
+
+    def clear(self) -> None:
+        """Drop everything in flight (the far end was reset or the port flushed)."""
+        self._segments.clear()
+
+    def receive(
+        self, until: float, receiver_baud: float, limit: int | None = None
+    ) -> list[tuple[float, bytes]]:
+        """Deliver the bytes that have arrived by ``until``.
+
+        Returns ``(arrival time of the last byte, bytes)`` chunks as the receiver decodes
+        them (garbage when the rates do not match). ``limit`` caps how many sent bytes
+        are taken; the rest stay in flight.
+        """
+        out: list[tuple[float, bytes]] = []
+        budget = limit if limit is not None else -1
+        while self._segments and budget != 0:
+            seg = self._segments[0]
+            if seg.arrival(seg.pos) > until:
+                break
+            n_arrived = min(len(seg.data), int((until - seg.t0) / seg.dt + 1e-9))
+            end = n_arrived if budget < 0 else min(n_arrived, seg.pos + budget)
+            chunk = seg.data[seg.pos : end]
+            t_last = seg.arrival(end - 1)
+            seg.pos = end
+            if budget > 0:
+                budget -= len(chunk)
+            if seg.pos >= len(seg.data):
+                self._segments.popleft()
+            if baud_mismatch(seg.baud, receiver_baud):
+                chunk = self._garble(chunk, receiver_baud / seg.baud)
+                self.bytes_garbled += len(chunk)
+            if chunk:
+                out.append((t_last, chunk))
+        return out
+
+    def _garble(self, chunk: bytes, ratio: float) -> bytes:
+        """What a receiver at the wrong rate decodes from ``chunk``: unrelated bytes."""
+        count = int(len(chunk) * ratio + self._rng.random())
+        return bytes(self._rng.getrandbits(8) for _ in range(count))

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Build the kflashpy flasher and its bootstrap with the pinned ziglang toolchain.
+
+    python stub/build.py            # rebuild src/kflashpy/stub/*.bin and flasher.json
+    python stub/build.py --check    # rebuild in a temp dir; exit 1 if it differs
+
+The build is bit-reproducible: fixed flags, no debug info, source paths mapped to
+``stub/``, and flat binaries have no timestamps. CI runs ``--check`` so the
+committed binaries always match the committed source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ZIG_VERSION = "0.17.1"
+HERE = Path(__file__).resolve().parent
+OUT = HERE.parent / "src" / "kflashpy" / "stub"
+
+PROTOCOL_VERSION = 1
+CAPABILITIES = [
+    "read",
+    "hash",
+    "hash-list",
+    "compressed-write",
+    "erase",
+    "chip-erase",
+    "sram",
+    "baud",
+    "reboot",
+    "pipelined-write",
+    "identify",
+]
+CFLAGS = [
+    "-target",
+    "riscv64-freestanding-none",
+    "-mcpu=generic_rv64+m+a+c",  # no F/D: the flasher never touches floating point
+    "-mcmodel=medany",
+    "-ffreestanding",
+    "-nostdlib",
+    "-fno-builtin",
+    "-fno-pic",
+    "-fno-stack-protector",
+    "-ffunction-sections",
+    "-fdata-sections",
+    "-g0",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    f"-ffile-prefix-map={HERE}=stub",
+]
+# name: (sources, link base, stack, optimisation)
+PROGRAMS = {
+    "boot": (["start.S", "hwcommon.c", "boot.c"], 0x80000000, 0x1000, "-Oz"),
+    "flasher": (
+        ["start.S", "hwcommon.c", "flasher.c", "sha256.c", "inflate.c"],
+        0x80580000,
+        0x4000,
+        "-O2",
+    ),
+}
+FILES = {"boot": "kflashpy_boot.bin", "flasher": "kflashpy_flasher.bin"}
+
+
+def zig(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "ziglang", *args], check=True, cwd=HERE)
+
+
+def check_zig() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ziglang", "version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if out != ZIG_VERSION:
+        raise SystemExit(f"ziglang {out} found, the build is pinned to {ZIG_VERSION}")
+
+
+def build_program(name: str, tmp: Path) -> bytes:
+    sources, base, stack, opt = PROGRAMS[name]
+    objs = []
+    for src in sources:
+        obj = tmp / f"{name}-{src}.o"
+        zig("cc", *CFLAGS, opt, f"-DLINK_BASE=0x{base:08X}u", "-c", src, "-o", str(obj))
+        objs.append(str(obj))
+    elf, binf = tmp / f"{name}.elf", tmp / f"{name}.bin"
+    zig(
+        "ld.lld",
+        f"--defsym=LINK_BASE=0x{base:08X}",
+        f"--defsym=STACK_SIZE=0x{stack:X}",
+        "--gc-sections",
+        "--build-id=none",
+        "-T",
+        "link.ld",
+        *objs,
+        "-o",
+        str(elf),
+    )
+    zig("objcopy", "-O", "binary", str(elf), str(binf))
+    return binf.read_bytes()
+
+
+def build(out: Path) -> None:
+    check_zig()
+    meta: dict = {
+        "protocol_version": PROTOCOL_VERSION,
+        "capabilities": CAPABILITIES,
+        "toolchain": f"ziglang {ZIG_VERSION}",
+        "programs": {},
+    }
+    with tempfile.TemporaryDirectory() as t:
+        for name in PROGRAMS:
+            data = build_program(name, Path(t))
+            base = PROGRAMS[name][1]
+            (out / FILES[name]).write_bytes(data)
+            meta["programs"][name] = {
+                "file": FILES[name],
+                "load_address": base,
+                "entry": base,
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+    (out / "flasher.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare a fresh build with the tree")
+    args = ap.parse_args()
+    if not args.check:
+        build(OUT)
+        print(f"built {', '.join(FILES.values())} and flasher.json in {OUT}")
+        return 0
+    with tempfile.TemporaryDirectory() as t:
+        build(Path(t))
+        bad = [
+            f
+            for f in [*FILES.values(), "flasher.json"]
+            if not (OUT / f).exists() or (OUT / f).read_bytes() != (Path(t) / f).read_bytes()
+        ]
+    if bad:
+        print(f"stub build differs from the committed files: {', '.join(bad)}", file=sys.stderr)
+        print("run `python stub/build.py` and commit the result", file=sys.stderr)
+        return 1
+    print("stub build reproduces the committed binaries")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

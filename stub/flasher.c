@@ -1,0 +1,785 @@
+/* kflashpy flasher: the stage-2 program that writes, reads, hashes and erases the
+ * on-board SPI NOR flash of a K210. Fully polled (no interrupts, no ecall, no wfi,
+ * no floating point). The protocol is documented byte by byte in
+ * docs/flasher-protocol.md: kflash-compatible opcodes 0xD2-0xD9 plus our own
+ * extensions in 0xB0-0xBF.
+ *
+ * Pipelining: received frames land in NSLOT receive slots from inside every wait
+ * loop (uart_poll), so the next frame arrives while the flash erases or programs
+ * the previous one. Frames are processed strictly in arrival order, one reply each.
+ * SPDX-License-Identifier: MIT
+ */
+#include "flasher.h"
+
+#define PROTO_VERSION 1
+#define FW_VERSION 1
+
+#define CAP_READ (1u << 0)
+#define CAP_HASH (1u << 1)
+#define CAP_HASH_LIST (1u << 2)
+#define CAP_DEFLATE (1u << 3)
+#define CAP_ERASE (1u << 4)
+#define CAP_CHIP_ERASE (1u << 5)
+#define CAP_SRAM (1u << 6)
+#define CAP_BAUD (1u << 7)
+#define CAP_REBOOT (1u << 8)
+#define CAP_PIPELINE (1u << 9)
+#define CAPS 0x3FFu
+
+/* kflash-compatible */
+#define OP_FLASH_ERASE 0xD3
+#define OP_FLASH_WRITE 0xD4
+#define OP_REBOOT 0xD5
+#define OP_BAUD 0xD6
+#define OP_FLASH_INIT 0xD7
+#define OP_ERASE_NB 0xD8 /* PyPI kflash 1.1.6 stub meaning */
+#define OP_STATUS 0xD9
+/* kflashpy extensions */
+#define OP_IDENTIFY 0xB0
+#define OP_READ 0xB1
+#define OP_READ_ACK 0xB2
+#define OP_HASH 0xB3
+#define OP_HASH_LIST 0xB4
+#define OP_WRITE 0xB5
+#define OP_WRITE_DEFLATE 0xB6
+#define OP_ERASE 0xB7
+#define OP_CHIP_ERASE 0xB8
+
+#define NSLOT 4
+#define WRITE_WINDOW 2
+#define MAX_DATA 65536u
+#define SLOT_CAP (16 + MAX_DATA + 64)
+#define BLOCK 65536u
+#define SECTOR 4096u
+#define PAGE 256u
+#define POLL_US 10
+
+/* SRAM the host may write with SRAM_WRITE: everything below the flasher */
+#define SRAM_LO 0x80000000u
+#define SRAM_HI LINK_BASE
+
+struct slot {
+    u32 len;
+    u32 state; /* 0 free, 1 filling, 2 queued, 3 in use */
+    u8 data[SLOT_CAP] __attribute__((aligned(8)));
+};
+
+static struct slot slots[NSLOT];
+static u8 queue[NSLOT];
+static u32 q_head, q_count;
+static int rx_slot = -1;
+static u32 rx_len;
+static int rx_esc, rx_skip = 1;
+
+static u8 unit_buf[BLOCK] __attribute__((aligned(8))); /* old + merged flash content */
+static u8 inflate_buf[BLOCK] __attribute__((aligned(8)));
+static u8 page_dirty[BLOCK / PAGE];
+static u32 crc_table[256];
+
+static u32 baud = 115200;
+static u32 flash_size = 16u << 20;
+static u8 jedec[3], uid[8];
+static int flash_ok;
+
+/* ---------------------------------------------------------------- receive -- */
+
+static int slot_alloc(void)
+{
+    for (int i = 0; i < NSLOT; i++)
+        if (slots[i].state == 0) {
+            slots[i].state = 1;
+            return i;
+        }
+    return -1;
+}
+
+static void rx_byte(u8 c)
+{
+    if (c == 0xC0) {
+        if (rx_slot >= 0 && rx_len && !rx_skip && !rx_esc) {
+            slots[rx_slot].len = rx_len;
+            slots[rx_slot].state = 2;
+            queue[(q_head + q_count++) % NSLOT] = (u8)rx_slot;
+            rx_slot = -1;
+        }
+        if (rx_slot < 0)
+            rx_slot = slot_alloc();
+        rx_len = 0;
+        rx_esc = 0;
+        rx_skip = rx_slot < 0; /* no free slot: this frame is dropped */
+        return;
+    }
+    if (rx_skip)
+        return;
+    if (rx_esc) {
+        rx_esc = 0;
+        if (c == 0xDC)
+            c = 0xC0;
+        else if (c == 0xDD)
+            c = 0xDB;
+        else {
+            rx_skip = 1;
+            return;
+        }
+    } else if (c == 0xDB) {
+        rx_esc = 1;
+        return;
+    }
+    if (rx_len >= SLOT_CAP) {
+        rx_skip = 1;
+        return;
+    }
+    slots[rx_slot].data[rx_len++] = c;
+}
+
+void uart_poll(void)
+{
+    while (UART_LSR & LSR_DR)
+        rx_byte((u8)UART_RBR);
+}
+
+static void idle(void)
+{
+    uart_poll();
+    delay_us(POLL_US);
+}
+
+static struct slot *queue_peek(void)
+{
+    return q_count ? &slots[queue[q_head]] : 0;
+}
+
+static struct slot *queue_pop(void)
+{
+    struct slot *s = &slots[queue[q_head]];
+    q_head = (q_head + 1) % NSLOT;
+    q_count--;
+    s->state = 3;
+    return s;
+}
+
+static void slot_free(struct slot *s)
+{
+    s->state = 0;
+}
+
+/* ------------------------------------------------------------------ CRC-32 -- */
+
+static u32 crc32_table(u32 crc, const u8 *p, u32 n)
+{
+    crc = ~crc;
+    while (n--)
+        crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+static void crc_init(void)
+{
+    for (u32 i = 0; i < 256; i++) {
+        u32 c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xEDB88320u & -(c & 1));
+        crc_table[i] = c;
+    }
+    reply_crc_fn = crc32_table;
+}
+
+static u32 crc32_polled(const u8 *p, u32 n)
+{
+    u32 crc = 0;
+    while (n) {
+        u32 k = n < 1024 ? n : 1024;
+        crc = crc32_table(crc, p, k);
+        p += k;
+        n -= k;
+        uart_poll();
+    }
+    return crc;
+}
+
+/* -------------------------------------------------------------- SPI flash -- */
+
+static void spi_start(u32 tmod, u32 rx_n)
+{
+    SPI_SSIENR = 0;
+    SPI_CTRLR0 = (tmod << 10) | 7; /* 8-bit frames, standard SPI */
+    SPI_SPI_CTRLR0 = 0;
+    SPI_CTRLR1 = rx_n ? rx_n - 1 : 0;
+    SPI_SSIENR = 1;
+}
+
+static void spi_stop(void)
+{
+    SPI_SER = 0;
+    SPI_SSIENR = 0;
+}
+
+/* transmit-only transaction: command bytes, then data (page program) */
+static void spi_send(const u8 *cmd, u32 nc, const u8 *data, u32 nd)
+{
+    u32 total = nc + nd, i = 0;
+    spi_start(1, 0);
+    while (i < total && i < 32) {
+        SPI_DR = i < nc ? cmd[i] : data[i - nc];
+        i++;
+    }
+    SPI_SER = 1;
+    while (i < total) {
+        u32 room = 32 - SPI_TXFLR;
+        while (room-- && i < total) {
+            SPI_DR = i < nc ? cmd[i] : data[i - nc];
+            i++;
+        }
+    }
+    while ((SPI_SR & 5) != 4)
+        ;
+    spi_stop();
+}
+
+/* "EEPROM read" transaction: command bytes out, n bytes in */
+static void spi_recv(const u8 *cmd, u32 nc, u8 *out, u32 n)
+{
+    spi_start(3, n);
+    for (u32 i = 0; i < nc; i++)
+        SPI_DR = cmd[i];
+    SPI_SER = 1;
+    u32 got = 0;
+    while (got < n) {
+        u32 lvl = SPI_RXFLR;
+        while (lvl-- && got < n)
+            out[got++] = (u8)SPI_DR;
+    }
+    spi_stop();
+}
+
+static void cmd_addr(u8 *c, u8 op, u32 addr)
+{
+    c[0] = op;
+    c[1] = (u8)(addr >> 16);
+    c[2] = (u8)(addr >> 8);
+    c[3] = (u8)addr;
+}
+
+static u8 flash_sr1(void)
+{
+    u8 c = 0x05, v;
+    spi_recv(&c, 1, &v, 1);
+    return v;
+}
+
+static void flash_wait(void)
+{
+    while (flash_sr1() & 1)
+        idle();
+}
+
+static void flash_simple(u8 op)
+{
+    spi_send(&op, 1, 0, 0);
+}
+
+static void flash_erase(u8 op, u32 addr)
+{
+    u8 c[4];
+    cmd_addr(c, op, addr);
+    flash_simple(0x06);
+    spi_send(c, 4, 0, 0);
+    flash_wait();
+}
+
+static void flash_program(u32 addr, const u8 *p, u32 n)
+{
+    u8 c[4];
+    cmd_addr(c, 0x02, addr);
+    flash_simple(0x06);
+    spi_send(c, 4, p, n);
+    flash_wait();
+}
+
+/* reads in page-sized pieces so the link is served in between */
+static void flash_read(u32 addr, u8 *out, u32 n)
+{
+    u8 c[4];
+    while (n) {
+        u32 k = n < PAGE ? n : PAGE;
+        cmd_addr(c, 0x03, addr);
+        spi_recv(c, 4, out, k);
+        addr += k;
+        out += k;
+        n -= k;
+        uart_poll();
+    }
+}
+
+static void flash_init(void)
+{
+    static const u8 exit_crm[2] = {0xFF, 0xFF};
+    u8 c[5] = {0x4B, 0, 0, 0, 0};
+    SYSCTL_PERI_RESET |= PERI_SPI3;
+    delay_us(10);
+    SYSCTL_PERI_RESET &= ~PERI_SPI3;
+    SPI_SSIENR = 0;
+    SPI_IMR = 0;
+    SPI_DMACR = 0;
+    SPI_SER = 0;
+    SPI_BAUDR = 2;
+    SPI_ENDIAN = 0;
+    spi_send(exit_crm, 2, 0, 0);
+    flash_simple(0x66);
+    flash_simple(0x99);
+    delay_us(50);
+    c[0] = 0x9F;
+    spi_recv(c, 1, jedec, 3);
+    c[0] = 0x4B;
+    spi_recv(c, 5, uid, 8);
+    flash_ok = !(jedec[0] == 0 || jedec[0] == 0xFF);
+    flash_size = jedec[2] >= 16 && jedec[2] <= 24 ? 1u << jedec[2] : 16u << 20;
+    u8 sr = flash_sr1();
+    if (flash_ok && (sr & 0x1C)) { /* clear block protection */
+        u8 w[2] = {0x01, (u8)(sr & ~0x1C)};
+        flash_simple(0x06);
+        spi_send(w, 2, 0, 0);
+        flash_wait();
+    }
+}
+
+/* ------------------------------------------------------------ flash jobs -- */
+
+static int is_blank(const u8 *p, u32 n)
+{
+    const u64 *q = (const u64 *)p;
+    for (u32 i = 0; i < n / 8; i++)
+        if (q[i] != ~0ul)
+            return 0;
+    return 1;
+}
+
+/* Write n bytes at addr, any alignment. Works unit by unit (64 KiB block where
+ * the range covers one, else 4 KiB sector): read the unit, merge the new bytes,
+ * erase only if some bit must go from 0 to 1, then program only the pages that
+ * change. Unchanged and blank areas therefore cost a read, not an erase. */
+static void write_range(u32 addr, const u8 *src, u32 n)
+{
+    u32 pos = addr, end = addr + n;
+    while (pos < end) {
+        u32 size = (pos % BLOCK == 0 && end - pos >= BLOCK) ? BLOCK : SECTOR;
+        u32 base = pos & ~(size - 1);
+        u32 hi = end < base + size ? end : base + size;
+        int need_erase = 0;
+        for (u32 pg = 0; pg < size; pg += PAGE) {
+            u8 *u = unit_buf + pg;
+            flash_read(base + pg, u, PAGE);
+            page_dirty[pg / PAGE] = 0;
+            u32 a = base + pg > pos ? base + pg : pos;
+            u32 b = base + pg + PAGE < hi ? base + pg + PAGE : hi;
+            for (u32 x = a; x < b; x++) {
+                u8 old = u[x - base - pg], nv = src[x - addr];
+                if (old != nv) {
+                    page_dirty[pg / PAGE] = 1;
+                    if ((old & nv) != nv)
+                        need_erase = 1;
+                    u[x - base - pg] = nv;
+                }
+            }
+        }
+        if (need_erase)
+            flash_erase(size == BLOCK ? 0xD8 : 0x20, base);
+        for (u32 pg = 0; pg < size; pg += PAGE) {
+            u8 *u = unit_buf + pg;
+            if (need_erase ? !is_blank(u, PAGE) : page_dirty[pg / PAGE])
+                flash_program(base + pg, u, PAGE);
+            else
+                uart_poll();
+        }
+        pos = hi;
+    }
+}
+
+/* erase [addr, addr + n) with the largest units that fit; addr, n 4 KiB aligned */
+static void erase_range(u32 addr, u32 n)
+{
+    u32 end = addr + n;
+    while (addr < end) {
+        if (addr % BLOCK == 0 && end - addr >= BLOCK) {
+            flash_erase(0xD8, addr);
+            addr += BLOCK;
+        } else if (addr % 32768 == 0 && end - addr >= 32768) {
+            flash_erase(0x52, addr);
+            addr += 32768;
+        } else {
+            flash_erase(0x20, addr);
+            addr += SECTOR;
+        }
+    }
+}
+
+static void chip_erase(void)
+{
+    flash_simple(0x06);
+    flash_simple(0x60);
+    flash_wait();
+}
+
+/* SHA-256 of [addr, addr+n); `also` (if set) is fed the same bytes */
+static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
+{
+    struct sha256 s;
+    u8 buf[PAGE];
+    sha256_init(&s);
+    while (n) {
+        u32 k = n < PAGE ? n : PAGE;
+        flash_read(addr, buf, k);
+        sha256_update(&s, buf, k);
+        if (also)
+            sha256_update(also, buf, k);
+        addr += k;
+        n -= k;
+    }
+    sha256_final(&s, out);
+}
+
+/* --------------------------------------------------------------- commands -- */
+
+static u32 rd32(const u8 *p)
+{
+    return p[0] | (p[1] << 8) | (p[2] << 16) | ((u32)p[3] << 24);
+}
+
+static int in_flash(u32 addr, u32 n)
+{
+    return addr <= flash_size && n <= flash_size - addr;
+}
+
+static void set_baud(u32 b)
+{
+    u32 d = uart_divisor(b);
+    uart_drain();
+    delay_us(200);
+    UART_LCR = 0x80;
+    UART_RBR = (d >> 4) & 0xFF;
+    UART_IER = d >> 12;
+    UART_LCR = 0x03;
+    UART_DLF = d & 0xF;
+    UART_IER = 0x80;
+    baud = b;
+}
+
+static void reply_range(u8 op, u8 st, u32 addr, u32 n)
+{
+    reply_begin(op, st);
+    reply_u32(addr);
+    reply_u32(n);
+    reply_end();
+}
+
+static void cmd_identify(void)
+{
+    u32 v[12];
+    reply_begin(OP_IDENTIFY, ST_OK);
+    v[0] = 0x5950464Bu; /* "KFPY" */
+    v[1] = PROTO_VERSION | (FW_VERSION << 16);
+    v[2] = CAPS;
+    v[3] = jedec[0] | (jedec[1] << 8) | (jedec[2] << 16) | ((u32)flash_ok << 24);
+    reply_bytes(v, 16);
+    reply_bytes(uid, 8);
+    v[0] = flash_size;
+    v[1] = cpu_hz();
+    v[2] = apb0_hz();
+    v[3] = spi3_sclk_hz();
+    v[4] = baud;
+    v[5] = MAX_DATA;
+    v[6] = NSLOT | (WRITE_WINDOW << 16);
+    v[7] = LINK_BASE;
+    v[8] = SRAM_LO;
+    v[9] = SRAM_HI;
+    reply_bytes(v, 40);
+    reply_end();
+}
+
+/* Stream [addr, addr+size) in chunks, at most `window` chunks ahead of the host's
+ * acknowledged offset; READ_ACK(offset, 0) acknowledges, READ_ACK(offset, 1) asks
+ * to resend from offset. The last frame carries the SHA-256 of the region. */
+static void cmd_read(u32 addr, u32 size, u32 chunk, u32 window)
+{
+    struct sha256 s;
+    u32 sent = 0, acked = 0, hashed = 0;
+    sha256_init(&s);
+    while (acked < size) {
+        uart_poll();
+        struct slot *q = queue_peek();
+        if (q) {
+            if (q->len < 16 || q->data[0] != OP_READ_ACK)
+                return; /* the host moved on: abandon the read */
+            q = queue_pop();
+            u32 off = rd32(q->data + 8), nak = rd32(q->data + 12);
+            int ok = crc32_table(0, q->data + 8, q->len - 8) == rd32(q->data + 4);
+            slot_free(q);
+            if (ok && off <= size && off >= acked) {
+                acked = off;
+                if (nak)
+                    sent = off;
+            }
+            continue;
+        }
+        if (sent < size && sent - acked < window * chunk) {
+            u32 k = size - sent < chunk ? size - sent : chunk;
+            flash_read(addr + sent, unit_buf, k);
+            if (sent == hashed) {
+                sha256_update(&s, unit_buf, k);
+                hashed += k;
+            }
+            reply_begin(OP_READ, ST_OK);
+            reply_u32(sent);
+            reply_bytes(unit_buf, k);
+            reply_end();
+            sent += k;
+        } else {
+            delay_us(POLL_US);
+        }
+    }
+    u8 d[32];
+    sha256_final(&s, d);
+    reply_begin(OP_READ, ST_OK);
+    reply_u32(size);
+    reply_bytes(d, 32);
+    reply_end();
+}
+
+/* digests of consecutive blocks; with `total`, the region's digest follows them */
+static void cmd_hash_list(u32 addr, u32 size, u32 block, int total)
+{
+    struct sha256 all;
+    u8 d[32];
+    sha256_init(&all);
+    reply_begin(OP_HASH_LIST, ST_OK);
+    reply_u32(addr);
+    reply_u32(block);
+    while (size) {
+        u32 k = size < block ? size : block;
+        hash_range(addr, k, d, total ? &all : 0);
+        reply_bytes(d, 32);
+        addr += k;
+        size -= k;
+    }
+    if (total) {
+        sha256_final(&all, d);
+        reply_bytes(d, 32);
+    }
+    reply_end();
+}
+
+static void reboot(void)
+{
+    uart_drain();
+    delay_us(1000);
+    SYSCTL_SOFT_RESET = 1;
+    for (;;)
+        ;
+}
+
+/* Handle one frame. Replies that must not hold the slot (write acknowledgements,
+ * which let the host send the next frame into it) are returned in *pend. */
+struct pending {
+    u8 op, st, ext;
+    u32 a, n;
+};
+
+static void handle(struct slot *sl, struct pending *pend)
+{
+    const u8 *f = sl->data;
+    u32 n = sl->len;
+    u8 op = f[0];
+    pend->op = op;
+    pend->st = ST_OK;
+    pend->ext = 0;
+    if (n < 16 || f[1]) {
+        if (op == OP_NOP || op == OP_STATUS) {
+            return;
+        } else if (op == OP_REBOOT && n >= 13) {
+            reply_status(op, ST_OK);
+            reboot();
+        }
+        pend->st = n < 16 ? ST_BAD_LEN : ST_BAD_CMD;
+        return;
+    }
+    u32 addr = rd32(f + 8), len = rd32(f + 12);
+    const u8 *d = f + 16;
+    u32 dn = n - 16;
+    if (op != OP_NOP && crc32_polled(f + 8, n - 8) != rd32(f + 4)) {
+        pend->st = ST_BAD_CRC;
+        return;
+    }
+    int data_ok = len == dn;
+    u32 p0 = dn >= 4 ? rd32(d) : 0, p1 = dn >= 8 ? rd32(d + 4) : 0;
+    pend->a = addr;
+    pend->n = len;
+    switch (op) {
+    case OP_NOP:
+    case OP_STATUS:
+        return;
+    case OP_FLASH_INIT:
+        flash_init();
+        pend->st = flash_ok ? ST_OK : ST_BAD_INIT;
+        return;
+    case OP_FLASH_WRITE:
+    case OP_WRITE:
+        pend->ext = op == OP_WRITE;
+        if (!data_ok || !in_flash(addr, len))
+            pend->st = ST_BAD_LEN;
+        else
+            write_range(addr, d, len);
+        return;
+    case OP_WRITE_DEFLATE: {
+        u32 out = 0;
+        pend->ext = 1;
+        if (!data_ok || dn < 4 || p0 > BLOCK || !in_flash(addr, p0)) {
+            pend->st = ST_BAD_LEN;
+        } else if (inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0) {
+            pend->st = ST_BAD_WRITE;
+        } else {
+            write_range(addr, inflate_buf, out);
+        }
+        pend->n = p0;
+        return;
+    }
+    case OP_FLASH_ERASE:
+    case OP_ERASE_NB:
+        /* kendryte stub: chip erase; sipeed: (addr, len), len 0xFFFFFFEE = all;
+         * PyPI 1.1.6 D8: (0, 0) = all, else a 4 KiB aligned range */
+        if ((addr == 0 && len == 0) || len == 0xFFFFFFEEu) {
+            chip_erase();
+        } else {
+            u32 a = addr & ~(SECTOR - 1), e = (addr + len + SECTOR - 1) & ~(SECTOR - 1);
+            if (!in_flash(a, e - a))
+                pend->st = ST_BAD_ERASE;
+            else
+                erase_range(a, e - a);
+        }
+        return;
+    case OP_ERASE:
+        pend->ext = 1;
+        pend->n = p0;
+        if (!data_ok || dn != 4 || addr % SECTOR || p0 % SECTOR || !in_flash(addr, p0))
+            pend->st = ST_BAD_LEN;
+        else
+            erase_range(addr, p0);
+        return;
+    case OP_CHIP_ERASE:
+        pend->ext = 1;
+        chip_erase();
+        return;
+    case OP_BAUD:
+    case OP_SET_BAUD: {
+        u32 div = dn == 4 ? uart_divisor(p0) : 0;
+        if (!data_ok || div < 16 || div > 0xFFFFF) {
+            pend->st = ST_BAD_LEN;
+            return;
+        }
+        if (op == OP_SET_BAUD) {
+            reply_begin(op, ST_OK);
+            reply_u32(apb0_hz() / div);
+            reply_u32(div);
+            reply_end();
+        } else {
+            reply_status(op, ST_OK);
+        }
+        set_baud(p0);
+        pend->op = 0;
+        return;
+    }
+    case OP_REBOOT:
+        reply_status(op, ST_OK);
+        reboot();
+        return;
+    case OP_IDENTIFY:
+        cmd_identify();
+        break;
+    case OP_READ:
+        if (!data_ok || dn != 12 || !in_flash(addr, p0) || p0 == 0 || p1 == 0 ||
+            p1 > BLOCK || rd32(d + 8) == 0) {
+            pend->ext = 1;
+            pend->st = ST_BAD_LEN;
+            return;
+        }
+        cmd_read(addr, p0, p1, rd32(d + 8));
+        break;
+    case OP_READ_ACK:
+        break; /* stale acknowledgement of a finished read: no reply */
+    case OP_HASH:
+        pend->ext = 1;
+        if (!data_ok || dn != 4 || !in_flash(addr, p0)) {
+            pend->st = ST_BAD_LEN;
+            return;
+        } else {
+            u8 dg[32];
+            hash_range(addr, p0, dg, 0);
+            reply_begin(op, ST_OK);
+            reply_bytes(dg, 32);
+            reply_end();
+        }
+        break;
+    case OP_HASH_LIST:
+        if (!data_ok || dn != 12 || !in_flash(addr, p0) || p1 == 0) {
+            pend->ext = 1;
+            pend->st = ST_BAD_LEN;
+            return;
+        }
+        cmd_hash_list(addr, p0, p1, rd32(d + 8) & 1);
+        break;
+    case OP_SRAM_WRITE:
+        pend->ext = 1;
+        if (!data_ok || addr < SRAM_LO || addr > SRAM_HI || len > SRAM_HI - addr) {
+            pend->st = ST_BAD_LEN;
+        } else {
+            u8 *dst = (u8 *)(u64)addr;
+            for (u32 i = 0; i < len; i++) {
+                dst[i] = d[i];
+                if ((i & 1023) == 1023)
+                    uart_poll();
+            }
+        }
+        return;
+    case OP_EXEC:
+        reply_begin(op, ST_OK);
+        reply_end();
+        uart_drain();
+        __asm__ volatile("fence.i");
+        ((void (*)(u32, u32))(u64)addr)(EXEC_MAGIC, baud);
+        return;
+    default:
+        pend->ext = IS_EXT_OP(op);
+        pend->st = ST_BAD_CMD;
+        return;
+    }
+    pend->op = 0; /* already answered */
+}
+
+int main(u32 magic, u32 boot_baud)
+{
+    struct pending p;
+    clock_init();
+    crc_init();
+    if (magic == EXEC_MAGIC) {
+        baud = boot_baud; /* started by our bootstrap: the link is already up */
+    } else {
+        uart_init(baud);
+    }
+    flash_init();
+    for (;;) {
+        if (!q_count) {
+            idle();
+            continue;
+        }
+        struct slot *s = queue_pop();
+        handle(s, &p);
+        slot_free(s);
+        if (!p.op)
+            continue;
+        if (p.op == OP_WRITE_DEFLATE)
+            p.op = OP_WRITE; /* every write acknowledgement carries 0xB5 */
+        if (p.ext)
+            reply_range(p.op, p.st, p.a, p.n);
+        else
+            reply_status(p.op, p.st);
+    }
+}

@@ -1,0 +1,113 @@
+/* K210 registers used by the kflashpy flasher (polled: no interrupts, no ecall,
+ * no wfi, no floating point). Register offsets: docs/flasher-protocol.md, sources
+ * cited in the reference notes (Kendryte SDK headers for SYSCTL/FPIOA/UART/SPI3).
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef KFPY_HW_H
+#define KFPY_HW_H
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long u64;
+
+#define REG32(addr) (*(volatile u32 *)(u64)(addr))
+
+/* SYSCTL */
+#define SYSCTL 0x50440000u
+#define SYSCTL_PLL0 REG32(SYSCTL + 0x08)
+#define SYSCTL_PLL_LOCK REG32(SYSCTL + 0x18)
+#define SYSCTL_CLK_SEL0 REG32(SYSCTL + 0x20)
+#define SYSCTL_CLK_EN_CENT REG32(SYSCTL + 0x28)
+#define SYSCTL_CLK_EN_PERI REG32(SYSCTL + 0x2C)
+#define SYSCTL_SOFT_RESET REG32(SYSCTL + 0x30)
+#define SYSCTL_PERI_RESET REG32(SYSCTL + 0x34)
+#define SYSCTL_CLK_TH1 REG32(SYSCTL + 0x3C)
+
+#define PERI_SPI3 (1u << 9)
+#define PERI_UART3 (1u << 18)
+#define PERI_FPIOA (1u << 20)
+
+/* FPIOA: IO4 = link RX, IO5 = link TX (the pins the mask ROM uses) */
+#define FPIOA_IO(n) REG32(0x502B0000u + 4u * (n))
+#define FUNC_UART3_RX 68u
+#define FUNC_UART3_TX 69u
+
+/* DW APB UART3 */
+#define UART3 0x50230000u
+#define UART_RBR REG32(UART3 + 0x00) /* also THR, DLL */
+#define UART_IER REG32(UART3 + 0x04) /* also DLH */
+#define UART_FCR REG32(UART3 + 0x08)
+#define UART_LCR REG32(UART3 + 0x0C)
+#define UART_MCR REG32(UART3 + 0x10)
+#define UART_LSR REG32(UART3 + 0x14)
+#define UART_USR REG32(UART3 + 0x7C)
+#define UART_DLF REG32(UART3 + 0xC0)
+#define LSR_DR 0x01u
+#define LSR_TX_FULL 0x20u /* with IER.PTIME set: transmit FIFO full */
+#define LSR_TEMT 0x40u
+
+/* DW APB SSI, K210 SPI3 layout (on-board NOR flash on CS0) */
+#define SPI3 0x54000000u
+#define SPI_CTRLR0 REG32(SPI3 + 0x00)
+#define SPI_CTRLR1 REG32(SPI3 + 0x04)
+#define SPI_SSIENR REG32(SPI3 + 0x08)
+#define SPI_SER REG32(SPI3 + 0x10)
+#define SPI_BAUDR REG32(SPI3 + 0x14)
+#define SPI_TXFLR REG32(SPI3 + 0x20)
+#define SPI_RXFLR REG32(SPI3 + 0x24)
+#define SPI_SR REG32(SPI3 + 0x28)
+#define SPI_IMR REG32(SPI3 + 0x2C)
+#define SPI_DMACR REG32(SPI3 + 0x4C)
+#define SPI_DR REG32(SPI3 + 0x60)
+#define SPI_SPI_CTRLR0 REG32(SPI3 + 0xF4)
+#define SPI_ENDIAN REG32(SPI3 + 0x118)
+
+/* Clock plan: PLL0 = 26 MHz * 30 = 780 MHz, CPU = PLL0 / 2 = 390 MHz,
+ * APB0 = CPU / 2 = 195 MHz (UART3: 1.5 M and 3 M baud divide exactly),
+ * SPI3 = PLL0 / ((3 + 1) * 2) = 97.5 MHz, SCLK = SPI3 / 2 = 48.75 MHz. */
+#define IN0_HZ 26000000u
+#define PLL0_CLKF 29u
+#define SPI3_THRESHOLD 3u
+
+/* shared by the bootstrap and the flasher (hwcommon.c) */
+void clock_init(void);
+u32 cpu_hz(void);
+u32 apb0_hz(void);
+u32 spi3_sclk_hz(void);
+void uart_init(u32 baud);
+u32 uart_divisor(u32 baud);
+void uart_drain(void);
+void uart_putc(u8 c);
+void delay_us(u32 us);
+u32 crc32_bitwise(u32 crc, const u8 *p, u32 n);
+
+/* replies: C0 op status [payload] [crc32 over op..payload, for ops 0xB0-0xBF] C0 */
+extern u32 (*reply_crc_fn)(u32 crc, const u8 *p, u32 n);
+void reply_begin(u8 op, u8 status);
+void reply_bytes(const void *p, u32 n);
+void reply_u32(u32 v);
+void reply_end(void);
+void reply_status(u8 op, u8 status);
+
+#define ST_OK 0xE0
+#define ST_BAD_LEN 0xE1
+#define ST_BAD_CRC 0xE2
+#define ST_BAD_CMD 0xE3
+#define ST_BAD_INIT 0xE4
+#define ST_BAD_ERASE 0xE5
+#define ST_BAD_WRITE 0xE6
+
+#define OP_NOP 0xD2
+#define OP_SRAM_WRITE 0xB9
+#define OP_EXEC 0xBA
+#define OP_SET_BAUD 0xBB
+#define IS_EXT_OP(op) (((op) & 0xF0) == 0xB0)
+
+/* the caller's receive hook: called whenever the CPU waits (TX full, flash busy) */
+void uart_poll(void);
+
+/* boot hand-off: a program started by EXEC gets a0 = EXEC_MAGIC, a1 = current baud */
+#define EXEC_MAGIC 0x4B465059u /* "KFPY" */
+
+#endif

@@ -1,0 +1,149 @@
+"""The host runtime on the real and generated fixtures (kmodels V3, V4, V5)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kflashpy.errors import FormatError, InputError, NotImplementedOpError, UsageError
+from kflashpy.runtime import inputs, kpu, load, yolo
+
+FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+V5 = FIX / "generated_v5"
+IRIS_INPUT = np.array([[5.1, 3.8, 1.9, 0.4]], dtype=np.float32)
+#: board result of the nncase iris example (examples/iris/Readme.md)
+IRIS_BOARD = np.array([16.077795, 5.607656, -2.071745], dtype=np.float32)
+
+pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="kmodel fixtures not found")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "v3/iris_nncase-v0.1.0-rc5.kmodel",
+        "v4/iris_nncase-v0.2.0-beta4.kmodel",
+        "generated_v5/iris_k210.kmodel",
+    ],
+)
+def test_iris_matches_board_result(path: str) -> None:
+    model = load(FIX / path)
+    (y,) = model.run([IRIS_INPUT.reshape(model.inputs[0].shape)])
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.reshape(-1), IRIS_BOARD, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", ["tiny1", "tiny2", "tiny3"])
+def test_v5_bit_exact_with_nncase_simulator(name: str) -> None:
+    model = load(V5 / f"{name}_k210.kmodel")
+    x = np.load(V5 / f"{name}_input_u8.npy")
+    (y,), steps = model.run_layers([x])
+    kpu_out = [s.array for s in steps if s.name == "k210.kpu_download"][-1]
+    expect_u8 = np.load(V5 / f"{name}_output_u8_derived.npy")
+    np.testing.assert_array_equal(kpu_out.reshape(expect_u8.shape), expect_u8)
+    expect = np.load(V5 / f"{name}_output_sim_f32.npy")
+    assert y.shape == expect.shape and y.dtype == np.float32
+    # dequantize is q*scale + bias in float32: exact, so every bit must match
+    np.testing.assert_array_equal(y.view(np.uint32), expect.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", ["tiny1", "tiny2", "tiny3"])
+def test_v5_vectors_do_not_depend_on_tie_rules(name: str) -> None:
+    """The fixtures README says these vectors do not decide the tie-breaking rules."""
+    model = load(V5 / f"{name}_k210.kmodel")
+    x = np.load(V5 / f"{name}_input_u8.npy")
+    (a,) = model.run([x])
+    (b,) = model.run([x], segment=">=", rounding="sdk")
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def yolo_run():
+    model = load(FIX / "v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel")
+    x = inputs.from_image(FIX / "inputs/dog_320x240.bmp", model.inputs[0].shape)
+    return model, x, model.run([x])[0]
+
+
+def test_yolo_v3_finds_dog_bicycle_car(yolo_run) -> None:
+    model, _x, y = yolo_run
+    assert model.inputs[0].shape == (1, 3, 240, 320) and model.inputs[0].dtype == np.uint8
+    assert y.shape == (1, 125, 7, 10) and y.dtype == np.float32
+    boxes = yolo.decode_region(y, yolo.VOC_ANCHORS, threshold=0.5, nms=0.2)
+    found = sorted(yolo.VOC_CLASSES[b.cls] for b in boxes)
+    assert found == ["bicycle", "car", "dog"]
+
+
+def test_fast_path_equals_direct_path_on_yolo(yolo_run) -> None:
+    """The fused threshold / pool-first path gives the same bytes as steps 1-4 literally."""
+    model, x, _y = yolo_run
+    fmap = x[0]
+    rules = kpu.TieRules()
+    for layer in list(model._convs.values())[:6]:
+        fast = kpu.run_conv(layer, fmap, rules, fused=True)
+        slow = kpu.run_conv(layer, fmap, rules, fused=False)
+        np.testing.assert_array_equal(fast, slow)
+        fmap = fast
+
+
+@pytest.mark.parametrize(
+    "path", ["v3/mnist_maixpy-scripts.kmodel", "v4/slim-320_nncase-v0.2.0-beta4.kmodel"]
+)
+def test_other_fixtures_run_with_finite_outputs(path: str) -> None:
+    model = load(FIX / path)
+    rng = np.random.default_rng(0)
+    xs = [rng.integers(0, 256, s.shape).astype(s.dtype) for s in model.inputs]
+    outs = model.run(xs)
+    assert len(outs) == len(model.outputs)
+    for spec, y in zip(model.outputs, outs, strict=True):
+        assert y.shape == spec.shape and y.dtype == spec.dtype
+        assert np.isfinite(y).all()
+
+
+def test_mnist_softmax_sums_to_one() -> None:
+    model = load(FIX / "v3/mnist_maixpy-scripts.kmodel")
+    x = np.zeros(model.inputs[0].shape, np.uint8)
+    x[..., 6:22, 13:15] = 255  # a crude "1"
+    (y,) = model.run([x])
+    assert y.shape == (1, 10)
+    assert abs(float(y.sum()) - 1.0) < 1e-5
+
+
+def test_v3_ending_in_kpu_conv_returns_uint8_and_layers(tmp_path) -> None:
+    data = (FIX / "v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel").read_bytes()
+    model = load(data)
+    x = np.zeros(model.inputs[0].shape, np.uint8)
+    _outs, layers = model.run_layers([x])
+    assert [lay.name for lay in layers][:2] == ["K210_CONV", "K210_CONV"]
+    assert layers[0].array.shape == (16, 120, 160) and layers[0].array.dtype == np.uint8
+    assert len(layers) == len(model.parsed.layers)
+
+
+def _v3_with_layer(layer_type: int) -> bytes:
+    """A FULLY_CONNECTED 1->1 layer followed by a layer of the given type."""
+    fc = struct.pack("<6I", 0, 0, 8, 1, 1, 0) + struct.pack("<2f", 1.0, 0.0)
+    other = struct.pack("<4I", 0, 8, 16, 1)
+    head = struct.pack("<7I", 3, 1, 0, 2, 0, 32, 1) + struct.pack("<2I", 16, 4)
+    head += struct.pack("<2I", 18, len(fc)) + struct.pack("<2I", layer_type, len(other))
+    return head + fc + other
+
+
+def test_unimplemented_layer_fails_loudly_with_its_name() -> None:
+    model = load(_v3_with_layer(7))  # KL_MAX_POOL2D: not in the SDK runtime either
+    with pytest.raises(NotImplementedOpError, match="MAX_POOL2D"):
+        model.run([np.ones((1, 1), np.float32)])
+
+
+def test_bad_inputs_and_options_are_named() -> None:
+    model = load(FIX / "v3/iris_nncase-v0.1.0-rc5.kmodel")
+    with pytest.raises(InputError, match="1 input"):
+        model.run([])
+    with pytest.raises(InputError, match="elements"):
+        model.run([np.zeros(5, np.float32)])
+    with pytest.raises(UsageError, match="bogus"):
+        model.run([IRIS_INPUT], bogus=1)
+    with pytest.raises(InputError, match="segment"):
+        model.run([IRIS_INPUT], segment="<")
+    with pytest.raises(FormatError, match="not a kmodel"):
+        load(b"\x00" * 64)
