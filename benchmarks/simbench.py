@@ -45,6 +45,9 @@ sys.argv[0] = "kflash"
 kflash.main()
 """
 
+#: boot-image flag byte kflash 1.1.6 writes by default (--iomode dio sets bit 1)
+KFLASH_DIO_FLAG = 0x02
+
 
 @dataclass
 class Measurement:
@@ -101,6 +104,19 @@ def served_board(url: str = "sim://?board=maix-bit", **server_options) -> Iterat
         board.close()
 
 
+def start_serve_cli(image: Path, flash_size: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    """Start `kflashpy sim serve --once` with a flash file; return the process and its pty."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kflashpy", "--no-progress", "sim", "serve",
+         "--flash-file", str(image), "--flash-size", flash_size, "--once", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
 def write_kfpkg(path: Path, files: list[tuple[int, str, bytes, bool]]) -> Path:
     """A kfpkg (zip with flash-list.json) of ``(address, name, data, sha256_prefix)``."""
     listing = {
@@ -154,7 +170,7 @@ def kflash_116(payload: bytes, address: int, baud: int, *, firmware: bool) -> Me
         log = run_kflash(server.path, baud, image)
         host_s = time.monotonic() - t0
         virtual_s = board.now - v0
-        expected = boot_image(payload, board.flash.read(0, 1)[0]) if firmware else payload
+        expected = boot_image(payload, KFLASH_DIO_FLAG) if firmware else payload
         ok = board.flash.read(address, len(expected)) == expected
     detail = "" if ok else log[-2000:]
     return Measurement("kflash-1.1.6", len(payload), address, baud, virtual_s, host_s, ok, detail)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import struct
 import subprocess
 import sys
 import tempfile
@@ -80,6 +81,48 @@ def check_zig() -> None:
         raise SystemExit(f"ziglang {out} found, the build is pinned to {ZIG_VERSION}")
 
 
+FP_OPCODES = {0x07, 0x27, 0x43, 0x47, 0x4B, 0x4F, 0x53}  # LOAD-FP ... OP-FP
+ECALL, EBREAK, WFI = 0x00000073, 0x00100073, 0x10500073
+HEADER_SIZE = 16
+
+
+def text_section(elf: bytes) -> tuple[int, bytes]:
+    """(address, bytes) of the ELF64 .text section."""
+    (shoff,) = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+    strtab = sections[shstrndx]
+    for name, _type, _flags, addr, off, size in sections:
+        end = elf.index(b"\0", strtab[4] + name)
+        if elf[strtab[4] + name : end] == b".text":
+            return addr, elf[off : off + size]
+    raise SystemExit("no .text section")
+
+
+def forbidden_instructions(code: bytes, base: int) -> list[str]:
+    """The polled design's rule, checked on the machine code: no ecall/ebreak/wfi, no FP.
+
+    A linear sweep is exact here: RISC-V code has no literal pools (tables live in .rodata).
+    """
+    bad, pos = [], HEADER_SIZE  # the header (start.S) is a jump and three data words
+    while pos + 2 <= len(code):
+        half = int.from_bytes(code[pos : pos + 2], "little")
+        if half & 3 != 3:  # 16-bit: C.FLD/C.FSD (quadrant 0) and C.FLDSP/C.FSDSP (quadrant 2)
+            if half & 3 in (0, 2) and half >> 13 in (1, 5):
+                bad.append(f"0x{base + pos:08X}: compressed FP load/store")
+            pos += 2
+            continue
+        word = int.from_bytes(code[pos : pos + 4], "little")
+        if word in (ECALL, EBREAK, WFI):
+            bad.append(
+                f"0x{base + pos:08X}: {dict([(ECALL, 'ecall'), (EBREAK, 'ebreak'), (WFI, 'wfi')])[word]}"
+            )
+        elif word & 0x7F in FP_OPCODES:
+            bad.append(f"0x{base + pos:08X}: floating-point instruction")
+        pos += 4
+    return bad
+
+
 def build_program(name: str, tmp: Path) -> bytes:
     sources, base, stack, opt = PROGRAMS[name]
     objs = []
@@ -101,6 +144,9 @@ def build_program(name: str, tmp: Path) -> bytes:
         str(elf),
     )
     zig("objcopy", "-O", "binary", str(elf), str(binf))
+    bad = forbidden_instructions(*reversed(text_section(elf.read_bytes())))
+    if bad:
+        raise SystemExit(f"{name}: not a polled, integer-only program: " + "; ".join(bad[:5]))
     return binf.read_bytes()
 
 

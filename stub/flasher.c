@@ -230,6 +230,7 @@ static void spi_send(const u8 *cmd, u32 nc, const u8 *data, u32 nd)
             SPI_DR = i < nc ? cmd[i] : data[i - nc];
             i++;
         }
+        uart_poll(); /* while the SPI shifts out a FIFO's worth */
     }
     while ((SPI_SR & 5) != 4)
         ;
@@ -248,6 +249,8 @@ static void spi_recv(const u8 *cmd, u32 nc, u8 *out, u32 n)
         u32 lvl = SPI_RXFLR;
         while (lvl-- && got < n)
             out[got++] = (u8)SPI_DR;
+        if (lvl == 0xFFFFFFFFu)
+            uart_poll(); /* the RX FIFO was drained: serve the link meanwhile */
     }
     spi_stop();
 }

@@ -88,7 +88,7 @@ static int inflate_codes(struct bits *b, const struct huff *lit, const struct hu
 {
     u32 o = *pos, n = 0;
     for (;;) {
-        if ((++n & 63) == 0)
+        if ((++n & 15) == 0)
             uart_poll();
         int s = huff_decode(b, lit);
         if (b->err)

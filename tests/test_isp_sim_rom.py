@@ -1,5 +1,7 @@
 """Reset wirings and the ROM stage against the virtual K210 (sim://)."""
 
+import json
+
 import pytest
 
 from kflashpy.cli import main
@@ -80,3 +82,9 @@ def test_load_ram_runs_a_program_from_sram(tmp_path, capsys):
     assert main(["--json", "-p", "sim://?board=kd233", "load-ram", str(prog)]) == 0
     out = capsys.readouterr().out
     assert '"entry": 2147483648' in out
+
+
+def test_reboot_detects_the_wiring_and_resets_with_it(capsys):
+    assert main(["--json", "-p", "sim://?board=maixduino", "-B", "auto", "reboot"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["result"]["wiring"] == "kd233" and doc["result"]["rebooted"] == "reset lines"

@@ -110,7 +110,7 @@ def test_mnist_softmax_sums_to_one() -> None:
     assert abs(float(y.sum()) - 1.0) < 1e-5
 
 
-def test_v3_ending_in_kpu_conv_returns_uint8_and_layers(tmp_path) -> None:
+def test_run_layers_dumps_every_v3_layer() -> None:
     data = (FIX / "v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel").read_bytes()
     model = load(data)
     x = np.zeros(model.inputs[0].shape, np.uint8)
@@ -147,3 +147,47 @@ def test_bad_inputs_and_options_are_named() -> None:
         model.run([IRIS_INPUT], segment="<")
     with pytest.raises(FormatError, match="not a kmodel"):
         load(b"\x00" * 64)
+
+
+def _mr(mem: int, dtype: int, start: int, size: int) -> bytes:
+    return struct.pack("<4I", mem, dtype, start, size)
+
+
+def _v4(nodes: list[tuple[int, bytes]], n_in: int, out: bytes, main: int) -> bytes:
+    """A V4 kmodel: one main-memory float32 input of n_in elements at 0, one output."""
+    head = struct.pack("<10I", 0x4B4D444C, 4, 0, 1, 0, main, len(nodes), 1, 1, 0)
+    head += _mr(1, 0, 0, 4 * n_in) + struct.pack("<4i", 1, 1, 1, n_in) + out
+    bodies = [body + bytes(-len(body) % 8) for _op, body in nodes]
+    head += b"".join(
+        struct.pack("<2I", op, len(b)) for (op, _), b in zip(nodes, bodies, strict=True)
+    )
+    return head + b"".join(bodies)
+
+
+def test_v4_quantize_pairs_quirk_and_board_dequantize() -> None:
+    q = _mr(1, 0, 0, 20) + _mr(1, 1, 32, 5) + struct.pack("<if", 0, 1.0)
+    dq = _mr(1, 1, 32, 5) + _mr(1, 0, 40, 20) + struct.pack("<if", 1, 2.0)
+    model = load(_v4([(0x06, q), (0x03, dq)], 5, _mr(1, 0, 40, 20), 64))
+    x = np.array([[[[0.5, 1.5, 2.5, 3.5, 2.5]]]], np.float32)
+    (y,), steps = model.run_layers([x])
+    # pairs round half to even (fcvt rne); the odd last element uses roundf (half away)
+    assert list(steps[0].array.reshape(-1)) == [0, 2, 2, 4, 3]
+    np.testing.assert_array_equal(y.reshape(-1), (np.array([0, 2, 2, 4, 3]) - 1) * 0.5)
+
+
+def test_v4_nnil_unary_method_vm() -> None:
+    code = bytes([0x03, 0x06]) + struct.pack("<f", 2.0) + bytes([0x42, 0x05, 0x41, 0x04, 0x06])
+    code += struct.pack("<f", 3.0) + bytes([0x80, 0xA0])  # clamp(x*2 - 1, 0, 3)
+    body = _mr(1, 0, 0, 16) + _mr(1, 0, 16, 16) + code
+    model = load(_v4([(0x14, body)], 4, _mr(1, 0, 16, 16), 32))
+    (y,) = model.run([np.array([[[[-1.0, 0.75, 1.5, 9.0]]]], np.float32)])
+    np.testing.assert_array_equal(y.reshape(-1), [0.0, 0.5, 2.0, 3.0])
+
+
+def test_load_flash_word_swapped_model_runs() -> None:
+    from kflashpy.model import swap_words
+
+    data = (FIX / "v3/iris_nncase-v0.1.0-rc5.kmodel").read_bytes()
+    data += bytes(-len(data) % 4)
+    (y,) = load(swap_words(data)).run([IRIS_INPUT])
+    np.testing.assert_allclose(y.reshape(-1), IRIS_BOARD, rtol=2e-6, atol=2e-6)

@@ -151,3 +151,23 @@ def test_board_power_cut_from_the_url() -> None:
     board.run_for(0.6)
     assert not board.powered and board.stage == "reset"
     assert exchange_greetings(port, 1) == b""
+
+
+def test_board_power_cut_leaves_an_erase_half_done() -> None:
+    """power_cut= reaches the flash: an erase running at the cut is left part done."""
+    from kflashpy.sim.board import VirtualBoard
+    from kflashpy.sim.config import BoardConfig
+
+    board = VirtualBoard(BoardConfig.from_url("sim://?flash_size=1M&power_cut=0.01"))
+    flash = board.flash
+    flash.preload(0, b"\x00" * 4096)
+    for command in (b"\x06", b"\x20\x00\x00\x00"):  # WREN, 4 KiB sector erase at 0
+        flash.select(board.now)
+        flash.exchange(command, board.now)
+        flash.deselect(board.now)
+    assert flash.busy(board.now)
+    board.run_until_time(0.05)
+    assert not board.powered
+    erased = flash.read(0, 4096).count(0xFF)
+    assert 0 < erased < 2048  # ~22 % of a 45 ms erase after 10 ms
+    board.close()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 import serial
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from simbench import start_serve_cli  # noqa: E402
 
 from kflashpy.isp.frames import RomOp, legacy_short_request
 from kflashpy.isp.slip import encode
@@ -71,7 +75,7 @@ def greet(port: serial.Serial, timeout: float = 3.0) -> bytes:
 
 
 def open_port(running: Running, baud: int = 115200) -> serial.Serial:
-    port = serial.Serial(str(running.server.link), baud, timeout=0.2)
+    port = serial.Serial(str(running.server.link or running.server.path), baud, timeout=0.2)
     running.wait_for(lambda: running.server.client)
     return port
 
@@ -141,6 +145,21 @@ def test_control_fifo_and_on_open(running: Running) -> None:
         assert running.server.stopped
 
 
+def test_disconnect_fault_stops_the_server() -> None:
+    board = VirtualBoard(BoardConfig.from_url("sim://?disconnect=300"))
+    run = Running(PtyServer(board))
+    with open_port(run) as port:
+        assert greet(port).endswith(REPLY)
+        for _ in range(20):
+            if run.server.stopped:
+                break
+            greet(port, 0.3)
+        run.thread.join(5)
+        assert run.server.stopped and run.events[-1] == "disconnected (fault injection)"
+    run.server.close()
+    board.close()
+
+
 def test_bad_paths(tmp_path: Path) -> None:
     from kflashpy.errors import InputError
 
@@ -158,15 +177,8 @@ def test_bad_paths(tmp_path: Path) -> None:
 def test_cli_serve_keeps_the_flash_file(tmp_path: Path) -> None:
     """`kflashpy sim serve --once` prints the pty, serves one client, flushes its flash file."""
     image = tmp_path / "board.img"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kflashpy", "sim", "serve", "--flash-file", str(image),
-         "--flash-size", "1M", "--once"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    proc, path = start_serve_cli(image, "1M")
     try:
-        path = proc.stdout.readline().strip()
         assert path.startswith("/dev/pts/")
         with serial.Serial(path, 115200, timeout=2) as port:
             assert greet(port).endswith(REPLY)
@@ -176,3 +188,39 @@ def test_cli_serve_keeps_the_flash_file(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert "client opened" in err and "isp" in err
     assert image.stat().st_size == 1 << 20
+
+
+def test_cli_info_json(capsys) -> None:
+    from kflashpy.cli import main
+
+    code = main(["--json", "sim", "info", "--chip", "gd25lq128", "--flash-size", "8M",
+                 "--fault", "drop=1e-3", "--fault", "seed=3"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, doc
+    assert doc["result"]["flash"]["jedec_id"] == "c86017"
+    assert doc["result"]["faults"] == "drop=0.001&seed=3"
+    assert main(["sim", "info", "--fault", "drop"]) == 2
+    assert "not KEY=VALUE" in capsys.readouterr().err
+    assert main(["sim", "info", "--fault", "drop=lots"]) == 2
+
+
+def test_cli_flash_dump(tmp_path: Path, capsys) -> None:
+    from kflashpy.cli import main
+
+    image = tmp_path / "board.img"
+    image.write_bytes(b"\x00" * 16 + b"model" + b"\xff" * 100)
+    out = tmp_path / "out.bin"
+    assert main(["sim", "flash-dump", str(image), "-a", "16", "-o", str(out), "--trim"]) == 0
+    assert out.read_bytes() == b"model"
+    assert main(["sim", "flash-dump", str(image), "-a", "16", "-l", "1M", "-o", str(out)]) == 2
+    assert "run past its end" in capsys.readouterr().err
+
+
+def test_status_line() -> None:
+    from kflashpy.cli.sim import _status_line
+
+    board = VirtualBoard(BoardConfig())
+    board.run_for(0.01)
+    line = _status_line({**board.status(), "client": False})
+    assert "isp" in line and "[no client]" in line and "baud 115" in line
+    board.close()

@@ -215,9 +215,11 @@ def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
 @click.pass_obj
 def reboot_cmd(s: Session, reset_seq):
     """Reset the board into its flashed program."""
-    how = api.reboot(port=s.port, board=s.board, reset_sequence=reset_seq, trace=_trace(s))
-    s.out(f"rebooted ({how})" if how != "manual" else "press the board's RESET button")
-    s.result = {"rebooted": how}
+    res = api.reboot(port=s.port, board=s.board, reset_sequence=reset_seq, trace=_trace(s))
+    for note in res.notes:
+        s.info(note)
+    s.out(f"rebooted ({res.how})" if res.how != "manual" else "press the board's RESET button")
+    s.result = {"port": res.port, "rebooted": res.how, "wiring": res.wiring}
 
 
 @click.command("ports")

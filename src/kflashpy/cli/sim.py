@@ -82,6 +82,15 @@ def _options(flash_file, flash_size, chip, timing) -> dict[str, Any]:
     return {"flash": flash_file, "flash_size": flash_size, "chip": chip, "timing": timing}
 
 
+def _short(n: float) -> str:
+    """1536 -> "1.5K": sizes that fit a status line."""
+    for unit in ("", "K", "M"):
+        if n < 1024:
+            return f"{n:.0f}{unit}" if not unit or n >= 100 else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.1f}G"
+
+
 def _status_line(st: dict[str, Any]) -> str:
     """One line of what the board is doing, for the live display."""
     fl = st["flash"]
@@ -90,10 +99,10 @@ def _status_line(st: dict[str, Any]) -> str:
         f"{st['now']:9.3f}s",
         f"{st['stage']:<8}",
         f"baud {int(baud) if baud else '-'}",
-        f"in {fmt_size(st['bytes_in'])}",
-        f"out {fmt_size(st['bytes_out'])}",
+        f"in {_short(st['bytes_in'])}",
+        f"out {_short(st['bytes_out'])}",
         f"erase {fl['erases']}",
-        f"prog {fl['programs']} ({fmt_size(fl['bytes_programmed'])})",
+        f"prog {fl['programs']} ({_short(fl['bytes_programmed'])})",
     ]
     if fl["last_op"]:
         parts.append(fl["last_op"])

@@ -230,21 +230,31 @@ def load_ram(
         dev.close()
 
 
+@dataclass
+class RebootResult:
+    port: str
+    how: str  # "command", "reset lines" or "manual"
+    wiring: str
+    notes: list[str] = field(default_factory=list)
+
+
 def reboot(
     *,
     port: str | None = None,
     board: str | Board | None = None,
     reset_sequence: str | None = None,
     trace: TraceFn | None = None,
-) -> str:
-    """Reset the board into its flashed program; returns how ("reset lines"/"manual").
+) -> RebootResult:
+    """Reset the board into its flashed program.
 
     The board is first brought into ISP, which proves it is there and, with
     ``board=None``, tells which reset wiring it has; then that wiring's run sequence
-    is played with BOOT released.
+    is played with BOOT released ("manual" when the wiring cannot reset the board).
     """
     dev = open_device(port, board=board, reset_sequence=reset_sequence, trace=trace)
     try:
-        return dev.reboot()
+        how = dev.reboot()
+        wiring = dev.reset_plan.name if dev.reset_plan else ""
+        return RebootResult(dev.port_name, how, wiring, dev.notes)
     finally:
         dev.close()

@@ -29,8 +29,9 @@ from ..errors import NoResponseError, ProtocolError
 from ..progress import Progress, ProgressFn, report
 from ..stub import FlasherBuild
 from ..stub import load as load_build
-from .frames import FlashOp, Status, build_request, crc32
+from .frames import FlashOp, Status, build_request, crc32, parse_response
 from .link import Link
+from .slip import SlipDecoder
 from .stage2 import (
     CAP_BAUD,
     CAP_CHIP_ERASE,
@@ -163,6 +164,40 @@ def _payload(resp) -> bytes:
     return extra[:-4]
 
 
+class _ReplyStream:
+    """Bulk reception of a stream of replies (flash reads).
+
+    :meth:`Link.recv` reads what is waiting or a single byte, which is right for short
+    replies; a read streams kilobytes, and asking the port for the bytes a frame needs at
+    least lets a virtual board run in one step per frame instead of one per byte.
+    """
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.decoder = SlipDecoder()
+        self.frames: deque[bytes] = deque()
+        self.since_end = 0  # raw bytes received after the last frame delimiter
+
+    def next(self, op: int, timeout: float, payload_min: int):
+        """The next reply with ``op``; ``payload_min`` = its smallest possible payload."""
+        port = self.link.port
+        deadline = self.link.now() + timeout
+        while True:
+            while self.frames:
+                resp = parse_response(self.frames.popleft())
+                if resp is not None and resp.op == op:
+                    return resp
+            left = deadline - self.link.now()
+            if left <= 0:
+                raise NoResponseError(f"no reply to op 0x{op:02X} within {timeout:.1f} s")
+            need = max(1, payload_min + 2 + 4 + 2 - self.since_end - 2, port.in_waiting)
+            port.timeout = left
+            chunk = port.read(need)
+            end = chunk.rfind(b"\xc0")
+            self.since_end = len(chunk) - end - 1 if end >= 0 else self.since_end + len(chunk)
+            self.frames.extend(self.decoder.feed(chunk))
+
+
 def sector_blocks(address: int, size: int, block: int = SECTOR) -> list[tuple[int, int]]:
     """Split a range at absolute ``block`` boundaries: [(offset in range, length)]."""
     out, pos = [], 0
@@ -247,15 +282,8 @@ class KfpyStage2(Stage2):
             KfpyOp.SET_BAUD, 0, struct.pack("<I", baud), timeout=1.0, what=f"baud {baud}"
         )
         self.actual_baud = struct.unpack_from("<I", p)[0]
-        self.link.wait(START_WAIT)
-        self.link.set_baud(baud)
-        try:
-            self.greet(attempts=5)
-        except NoResponseError as e:
-            raise NoResponseError(
-                f"the flasher stopped answering after switching {old} -> {baud} baud",
-                "use a lower --baud; CH340/CH552 boards are reliable up to 1500000",
-            ) from e
+        # the reply came at the old rate; the board switches 0.2 ms after sending it
+        self._follow_baud(old, baud, settle=START_WAIT)
         self._ensure_flasher()
 
     def _ensure_flasher(self) -> None:
@@ -343,11 +371,13 @@ class KfpyStage2(Stage2):
         out = bytearray()
         report(progress, Progress("read", 0, size))
         self.link.send(KfpyOp.READ, address, struct.pack("<III", size, READ_CHUNK, READ_WINDOW))
+        stream = _ReplyStream(self.link)
         timeout = DEFAULT_TIMEOUT / 3 + READ_WINDOW * READ_CHUNK * 10 / self.link.port.baudrate
         acked, failures, last_nak = 0, 0, -1
         while True:
+            expect = min(READ_CHUNK, size - len(out)) + 4 if len(out) < size else 32
             try:
-                resp = self.link.recv(KfpyOp.READ, timeout, extra_len=None)
+                resp = stream.next(KfpyOp.READ, timeout, expect)
                 p = _payload(resp)
                 if resp.status != Status.OK:
                     raise ProtocolError(

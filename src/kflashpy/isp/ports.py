@@ -138,7 +138,6 @@ def open_port(url: str, baud: int = 115200) -> serial.SerialBase:
     is_url = "://" in url
     try:
         port = serial.serial_for_url(url, do_not_open=True)
-        port.baudrate = baud
         port.timeout = 0.1
         port.write_timeout = 10
         port.dtr = False  # released before open: opening must not reset the board
@@ -146,6 +145,7 @@ def open_port(url: str, baud: int = 115200) -> serial.SerialBase:
         if not is_url and os.name == "posix":
             port.exclusive = True
         port.open()
+        port.baudrate = baud  # after open: some CH341 drivers ignore a rate set before
     except ValueError as e:
         raise PortError(f"cannot open {url}: {e}", "check the port name or URL") from e
     except (serial.SerialException, OSError) as e:

@@ -156,8 +156,16 @@ class ConvLayer:
     weights: np.ndarray
     bn: BatchNorm
     act: ActivationTable
-    #: per-TieRules fused BN+activation thresholds (see :func:`fused_thresholds`)
+    #: per-TieRules activation lookups (see :func:`step_lookup`)
     _fused: dict = field(default_factory=dict, repr=False)
+    #: weights as float32 (OC, K) for BLAS and their per-channel sums (int64, OC x 1 x 1)
+    weights_f32: np.ndarray = field(init=False, repr=False)
+    weight_sums: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        flat = self.weights.reshape(self.weights.shape[0], -1)
+        object.__setattr__(self, "weights_f32", np.ascontiguousarray(flat, dtype=np.float32))
+        object.__setattr__(self, "weight_sums", flat.sum(axis=1, dtype=np.int64)[:, None, None])
 
     @classmethod
     def from_tables(
@@ -268,15 +276,23 @@ class Grid:
 
 
 def _exact_matmul(w: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """u8 (OC, K) @ u8 (K, N) exactly: float32 BLAS on chunks of K small enough that
-    every partial sum stays an exact float32 integer, chunk results summed in int64."""
+    """float32 (OC, K) @ float32 (K, N) of u8 values, exactly: BLAS on chunks of K small
+    enough that every partial sum stays an exact float32 integer, summed in int64."""
     k = w.shape[1]
     if k <= _F32_TAPS:
-        return (w.astype(np.float32) @ cols.astype(np.float32)).astype(np.int64)
+        return (w @ cols).astype(np.int64)
     out = np.zeros((w.shape[0], cols.shape[1]), dtype=np.int64)
     for lo in range(0, k, _F32_TAPS):
         hi = min(k, lo + _F32_TAPS)
-        out += (w[:, lo:hi].astype(np.float32) @ cols[lo:hi].astype(np.float32)).astype(np.int64)
+        out += (w[:, lo:hi] @ cols[lo:hi]).astype(np.int64)
+    return out
+
+
+def _padded(x: np.ndarray, value: int) -> np.ndarray:
+    """(C, H, W) u8 -> float32 (C, H+2, W+2) bordered with the KPU ``pad_value``."""
+    c, h, w = x.shape
+    out = np.full((c, h + 2, w + 2), value, dtype=np.float32)
+    out[:, 1:-1, 1:-1] = x
     return out
 
 
@@ -284,36 +300,40 @@ def convolve(layer: ConvLayer, x: np.ndarray, grid: Grid | None = None) -> np.nd
     """Step 1: the conv accumulator ``acc`` (int64, OC x n_y x n_x) at ``grid`` positions
     (default: every input position, the KPU convolves at stride 1).
 
-    Integer sums are done by float32 BLAS in exact chunks (:func:`_exact_matmul`).
+    Values are u8 held in float32; sums are exact (:func:`_exact_matmul`; window sums
+    and 9-tap depthwise sums stay far below 2**24).
     """
     ic, h, w = layer.in_shape
     k = layer.kernel
     g = grid or Grid(0, 0, 1, h, w)
-    xp = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=layer.pad_value) if k == 3 else x
-    wts = layer.weights
-    oc = wts.shape[0]
     shape = (g.n_y, g.n_x)
-    if layer.depthwise:  # at most 9 taps: float32 is exact
-        wf = wts[:, 0].astype(np.float32)
+    if k == 3:
+        xp = _padded(x, layer.pad_value)
+    else:  # 1x1: only the grid positions are ever read
+        xp = x[:, g.y0 :: g.step, g.x0 :: g.step][:, : g.n_y, : g.n_x].astype(np.float32)
+        g = Grid(0, 0, 1, *shape)
+    if layer.depthwise:
+        wf = layer.weights_f32.reshape(ic, k, k)
         s = np.zeros((ic, *shape), dtype=np.float32)
         sx = np.zeros((ic, *shape), dtype=np.float32)
         for dy, dx, win in g.taps(xp, k):
             s += wf[:, dy, dx, None, None] * win
             sx += win
         acc = s.astype(np.int64)
-        sx = sx.astype(np.int64)
         g_ic = 1
     else:
-        cols = np.empty((ic, k, k, *shape), dtype=np.uint8)
-        for dy, dx, win in g.taps(xp, k):
-            cols[:, dy, dx] = win
-        cols = cols.reshape(ic * k * k, -1)
-        acc = _exact_matmul(wts.reshape(oc, -1), cols).reshape(oc, *shape)
-        sx = cols.sum(axis=0, dtype=np.int64).reshape(1, *shape)
+        if k == 1:
+            cols = xp.reshape(ic, -1)
+        else:
+            cols = np.empty((ic, k, k, *shape), dtype=np.float32)
+            for dy, dx, win in g.taps(xp, k):
+                cols[:, dy, dx] = win
+            cols = cols.reshape(ic * k * k, -1)
+        acc = _exact_matmul(layer.weights_f32, cols).reshape(-1, *shape)
+        sx = cols.sum(axis=0, dtype=np.float32).reshape(1, *shape)
         g_ic = ic
-    sw = wts.reshape(oc, -1).sum(axis=1, dtype=np.int64)[:, None, None]
-    acc += (layer.arg_x * sx) >> layer.shr_x
-    acc += ((layer.arg_w * sw) >> layer.shr_w) + layer.arg_add * g_ic
+    acc += (layer.arg_x * sx.astype(np.int64)) >> layer.shr_x
+    acc += ((layer.arg_w * layer.weight_sums) >> layer.shr_w) + layer.arg_add * g_ic
     return acc
 
 
@@ -383,18 +403,20 @@ def pool(fmap: np.ndarray, pool_type: int, out_hw: tuple[int, int]) -> np.ndarra
     pad_w = max(0, (ow - 1) * stride + win - w)
     if pool_type in (5, 6, 7):
         dx = 1 if pool_type == 6 else 0
-        src = np.pad(fmap, ((0, 0), (0, pad_h), (0, pad_w)))
+        src = np.pad(fmap, ((0, 0), (0, pad_h), (0, pad_w))) if pad_h or pad_w else fmap
         return np.ascontiguousarray(
             src[:, 0 : oh * stride : stride, dx : dx + ow * stride : stride][:, :oh, :ow]
         )
     if pool_type in (1, 3, 9):
-        wide = fmap.astype(np.int64 if fmap.dtype == np.int64 else np.int16)
-        low = np.iinfo(wide.dtype).min
-        src = np.pad(wide, ((0, 0), (0, pad_h), (0, pad_w)), constant_values=low)
-        out = np.full((c, oh, ow), low, dtype=wide.dtype)
-        for tap in _window_taps(src, win, stride, oh, ow):
+        src = fmap
+        if pad_h or pad_w:  # taps past the edge never win: pad with the type's minimum
+            low = np.iinfo(fmap.dtype).min
+            src = np.pad(fmap, ((0, 0), (0, pad_h), (0, pad_w)), constant_values=low)
+        taps = _window_taps(src, win, stride, oh, ow)
+        out = next(taps).copy()
+        for tap in taps:
             np.maximum(out, tap, out=out)
-        return out if fmap.dtype == np.int64 else out.astype(np.uint8)
+        return out
     src = np.pad(fmap, ((0, 0), (0, pad_h), (0, pad_w)), mode="edge")
     acc = np.zeros((c, oh, ow), dtype=np.uint32)
     for tap in _window_taps(src, win, stride, oh, ow):

@@ -290,25 +290,22 @@ def _pool(m: V3Model, op, main, ram, rules):
     return out
 
 
-def _l2norm(m: V3Model, op, main, ram, rules):
-    x = m._get(main, op.main_mem_in_address, op.channels, "<f4", "L2_NORMALIZATION")
-    out = nn.l2_normalize(x)
-    m._put(main, op.main_mem_out_address, out)
-    return out
+def _vector_op(fn):
+    """Handler for the float layers that map ``channels`` floats to as many floats."""
+
+    def handler(m: V3Model, op, main, ram, rules):
+        x = m._get(main, op.main_mem_in_address, op.channels, "<f4", op.name)
+        out = fn(x)
+        m._put(main, op.main_mem_out_address, out)
+        return out
+
+    return handler
 
 
-def _softmax(m: V3Model, op, main, ram, rules):
-    x = m._get(main, op.main_mem_in_address, op.channels, "<f4", "SOFTMAX")
-    out = nn.softmax(x, sdk_flt_min=True)
-    m._put(main, op.main_mem_out_address, out)
-    return out
-
-
-def _logistic(m: V3Model, op, main, ram, rules):
-    x = m._get(main, op.main_mem_in_address, op.channels, "<f4", "LOGISTIC")
-    out = nn.logistic(x)
-    m._put(main, op.main_mem_out_address, out)
-    return out
+_l2norm = _vector_op(nn.l2_normalize)
+#: board quirk: the SDK softmax starts its running max at FLT_MIN
+_softmax = _vector_op(lambda x: nn.softmax(x, sdk_flt_min=True))
+_logistic = _vector_op(nn.logistic)
 
 
 def _concat(m: V3Model, op, main, ram, rules):

@@ -485,14 +485,6 @@ def _t_sigmoid(vm: _StackVM, r: _Reader):
     return "sigmoid", vm.out(output, nn.logistic(vm.view(inp, dt, rs, rss)), dt, rds)
 
 
-def _t_clamp(vm: _StackVM, r: _Reader):
-    dt, rs, rss, rds = r.take("BBBB")
-    hi, lo = vm.stack.pop(), vm.stack.pop()
-    output, inp = vm.pop_addr(), vm.pop_addr()
-    y = np.clip(vm.view(inp, dt, rs, rss), lo, hi)
-    return "clamp", vm.out(output, y, dt, rds)
-
-
 def _t_softmax(vm: _StackVM, r: _Reader):
     dt, rs, rss, rds, axis, beta = r.take("BBBBif")
     output, inp = vm.pop_addr(), vm.pop_addr()
@@ -540,9 +532,8 @@ def _t_reduce_window2d(vm: _StackVM, r: _Reader):
 
 def _t_reduce(vm: _StackVM, r: _Reader):
     dt, rs, rss, rds, op, raxis, keep = r.take("BBBBBB?")
-    output = vm.pop_addr()
     init = F32(vm.stack.pop())
-    inp = vm.pop_addr()
+    output, inp = vm.pop_addr(), vm.pop_addr()
     x = vm.view(inp, dt, rs, rss).astype(F32)
     axes = tuple(int(a) for a in vm.shapes[raxis])
     mode = REDUCE_OPS.get(op)
@@ -563,8 +554,8 @@ def _t_reduce(vm: _StackVM, r: _Reader):
 
 def _t_resize(vm: _StackVM, r: _Reader):
     dt, rs, rss, rds, align, half, mode = r.take("BBBB??B")
-    out_w, out_h = int(vm.stack.pop()), int(vm.stack.pop())
     output, inp = vm.pop_addr(), vm.pop_addr()
+    out_w, out_h = int(vm.stack.pop()), int(vm.stack.pop())
     if half:
         raise vm.fail("resize_image with half_pixel_centers", r.pc)
     x = vm.view(inp, dt, rs, rss)
@@ -576,18 +567,9 @@ def _t_resize(vm: _StackVM, r: _Reader):
     return "resize_image", vm.out(output, np.ascontiguousarray(y), dt, rds)
 
 
-def _t_lut1d(vm: _StackVM, r: _Reader):
-    dt, rs, rss, rds, table_len = r.take("BBBBH")
-    output, table, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
-    dtype = vm.run_.model._dtype(dt)
-    x = vm.view(inp, dt, rs, rss)
-    t = _view(table, dtype, (table_len,), (1,))
-    return "lut1d", vm.out(output, t[x.astype(np.int64)], dt, rds)
-
-
 def _t_gather(vm: _StackVM, r: _Reader):
     dt, rs, rd, rss, rds, rind, axis = r.take("7B")
-    output, indices, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    indices, output, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
     x = vm.view(inp, dt, rs, rss)
     idx = _view(indices, np.dtype("<i4"), vm.shapes[rind], _dense_strides(vm.shapes[rind]))
     return "gather", vm.out(output, np.take(x, idx.astype(np.int64), axis=axis), dt, rds)
@@ -602,8 +584,8 @@ def _dense_strides(shape) -> tuple[int, ...]:
 
 
 _TENSOR = {
-    0x01: _t_binary, 0x03: _t_call, 0x05: _t_clamp, 0x06: _t_conv2d, 0x08: _t_convert,
-    0x09: _t_copy, 0x0B: _t_dequantize, 0x0C: _t_gather, 0x10: _t_lut1d, 0x11: _t_matmul,
+    0x01: _t_binary, 0x03: _t_call, 0x06: _t_conv2d, 0x08: _t_convert,
+    0x09: _t_copy, 0x0B: _t_dequantize, 0x0C: _t_gather, 0x11: _t_matmul,
     0x13: _t_pad, 0x14: _t_quantize, 0x17: _t_reduce, 0x1A: _t_reduce_window2d,
     0x1B: _t_resize, 0x1D: _t_sigmoid, 0x1E: _t_slice, 0x1F: _t_softmax,
     0x24: _t_transpose, 0x26: _t_unary,

@@ -71,6 +71,7 @@ class Board(Protocol):
     now: float
     stage: str
     flash: Any
+    faults: Any
     to_board: Any
     to_host: Any
 
@@ -279,6 +280,11 @@ class PtyServer:
             if board.now < target:
                 board.run_until_time(min(target, board.now + 0.05))
         self._deliver()
+        if board.faults.disconnected:
+            # like a USB adapter pulled out: the port goes away and the server stops
+            self._event("disconnected (fault injection)")
+            self._stopped = True
+            return
         idle = not busy and board.now >= self._host_time(time.monotonic())
         self._wait(max_wait if idle and not self._pending_out and not self._inbox else 0.0)
         self._report()

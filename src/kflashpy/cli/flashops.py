@@ -1,0 +1,103 @@
+"""``read``, ``verify``, ``flash-id``: commands that need a flasher with read-back."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import VerifyError
+from ..isp import flashops
+from ..units import fmt_addr, fmt_size
+from .burn import _connection, connection_options
+from .session import Session
+from .types import ADDRESS, pairs
+
+
+def stub_option(f):
+    return click.option(
+        "--stub",
+        metavar="NAME|FILE",
+        help="Stage-2 flasher (default 'kflashpy': the kflash flashers cannot read flash).",
+    )(f)
+
+
+@click.command("read")
+@click.option("--addr", type=ADDRESS, required=True, help="Flash address to start at.")
+@click.option("--size", type=ADDRESS, required=True, help="Bytes to read.")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write."
+)
+@stub_option
+@connection_options
+@click.pass_obj
+def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
+    """Read flash into a file (checked against the board's SHA-256 of the range).
+
+    \b
+    kflashpy read --addr 0x300000 --size 1.5M -o model_backup.bin
+    """
+    res = flashops.read_flash(
+        addr,
+        size,
+        output=output,
+        progress=s.progress(),
+        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+    )
+    s.out(
+        f"read {fmt_size(size)} at {fmt_addr(addr)} into {output} in {res.seconds:.2f} s "
+        f"(sha256 {res.sha256[:16]}...)"
+    )
+    s.result = res.to_dict()
+
+
+@click.command("verify")
+@click.argument("args", nargs=-1, required=True, metavar="ADDR FILE [ADDR FILE ...]")
+@stub_option
+@connection_options
+@click.pass_obj
+def verify_cmd(s: Session, args, stub, reset_seq, rom_baud):
+    """Check that flash holds FILE at ADDR (exit code 3 and the region named if not).
+
+    \b
+    kflashpy verify 0 firmware_image.bin 0x300000 model.kmodel
+    """
+    res = flashops.verify_flash(
+        pairs(args),
+        progress=s.progress(),
+        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+    )
+    rows = [
+        [r.label, fmt_addr(r.address), fmt_size(r.size), "ok" if r.ok else "MISMATCH", r.method]
+        for r in res.regions
+    ]
+    s.table(["file", "address", "size", "flash", "checked by"], rows)
+    s.result = res.to_dict()
+    if not res.ok:
+        bad = res.mismatches
+        raise VerifyError(
+            "flash differs from " + ", ".join(f"{r.label} at {fmt_addr(r.address)}" for r in bad),
+            "burn those files again (kflashpy burn ADDR FILE ...)",
+        )
+
+
+@click.command("flash-id")
+@stub_option
+@connection_options
+@click.pass_obj
+def flash_id_cmd(s: Session, stub, reset_seq, rom_baud):
+    """Show the flash chip's JEDEC id, size and unique id."""
+    res = flashops.flash_id(
+        progress=s.progress(), **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
+    )
+    s.out(
+        f"flash: {res.manufacturer} JEDEC 0x{res.jedec_id:06X}, {fmt_size(res.size)}, "
+        f"unique id {res.unique_id}"
+    )
+    for key, value in res.details.items():
+        s.out(f"  {key}: {value}")
+    s.result = res.to_dict()
+
+
+def register(group: click.Group) -> None:
+    group.add_command(read_cmd)
+    group.add_command(verify_cmd)
+    group.add_command(flash_id_cmd)

@@ -1,0 +1,263 @@
+"""Read, verify and identify flash through a flasher that can (kflashpy's own by default).
+
+These need read-back, which no kflash-family flasher has; the default flasher here is
+therefore ``"kflashpy"`` whatever the burn default is. Each function opens the port,
+does its job and closes it::
+
+    import kflashpy.isp.flashops as ops
+    ops.read_flash(0x300000, 0x10000, output="model.bin", port="sim://?board=maix-bit")
+    result = ops.verify_flash([(0x300000, "model.kmodel")], port="/dev/ttyUSB0")
+    print(result.ok, [r.label for r in result.mismatches])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..progress import ProgressFn
+from ..units import fmt_addr
+from .connect import connect
+from .stage2 import CAP_HASH, CAP_IDENTIFY, CAP_READ, Stage2
+
+DEFAULT_STUB = "kflashpy"
+
+#: JEDEC manufacturer bytes of the flash chips found on K210 boards
+MANUFACTURERS = {0xEF: "Winbond", 0xC8: "GigaDevice", 0x20: "Micron/XMC", 0x85: "Puya"}
+
+
+def _connect(options: dict[str, Any], progress: ProgressFn | None):
+    options = dict(options)
+    options["stub"] = options.get("stub") or DEFAULT_STUB
+    return connect(progress=progress, **options)
+
+
+def _check_range(address: int, size: int, flash_size: int | None) -> None:
+    if address < 0 or size <= 0:
+        raise InputError(
+            f"flash range {fmt_addr(address)} + {size} B is empty or negative",
+            "give --addr and a positive --size",
+        )
+    if flash_size and address + size > flash_size:
+        raise InputError(
+            f"flash range {fmt_addr(address)} + 0x{size:X} ends beyond the "
+            f"{flash_size >> 20} MiB flash",
+            f"keep addr + size <= 0x{flash_size:X} (see kflashpy flash-id)",
+        )
+
+
+def _flash_size(s2: Stage2) -> int | None:
+    return s2.identify().size if s2.has(CAP_IDENTIFY) else None
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file: never a half-written file."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class ReadResult:
+    port: str
+    address: int
+    size: int
+    sha256: str
+    seconds: float
+    output: str | None
+    data: bytes = field(repr=False, default=b"")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "address": self.address,
+            "address_hex": fmt_addr(self.address),
+            "size": self.size,
+            "sha256": self.sha256,
+            "seconds": round(self.seconds, 4),
+            "output": self.output,
+        }
+
+
+def read_flash(
+    address: int,
+    size: int,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+    **connect_options: Any,
+) -> ReadResult:
+    """Read ``size`` bytes at ``address``; the board's SHA-256 of the range checks them."""
+    with _connect(connect_options, progress) as dev:
+        s2 = dev.require_stage2()
+        s2._require(CAP_READ, "read flash")
+        _check_range(address, size, _flash_size(s2))
+        start = dev.link.now()
+        data = s2.read(address, size, progress)
+        seconds = dev.link.now() - start
+        port = dev.port_name
+    if output is not None:
+        atomic_write(output, data)
+    return ReadResult(
+        port,
+        address,
+        size,
+        hashlib.sha256(data).hexdigest(),
+        seconds,
+        os.fspath(output) if output is not None else None,
+        data,
+    )
+
+
+@dataclass
+class VerifyRegion:
+    label: str
+    address: int
+    size: int
+    expected: str
+    found: str
+    method: str  # "sha256" (on board) or "read-back"
+
+    @property
+    def ok(self) -> bool:
+        return self.expected == self.found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "address": self.address,
+            "address_hex": fmt_addr(self.address),
+            "size": self.size,
+            "ok": self.ok,
+            "expected_sha256": self.expected,
+            "found_sha256": self.found,
+            "method": self.method,
+        }
+
+
+@dataclass
+class VerifyResult:
+    port: str
+    regions: list[VerifyRegion]
+    seconds: float
+
+    @property
+    def mismatches(self) -> list[VerifyRegion]:
+        return [r for r in self.regions if not r.ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 4),
+            "regions": [r.to_dict() for r in self.regions],
+        }
+
+
+def _source(address: int, source: str | os.PathLike[str] | bytes) -> tuple[str, bytes]:
+    if isinstance(source, bytes):
+        return f"<{len(source)} bytes>", source
+    path = Path(source)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read it ({e.strerror})", "check the file name") from e
+    if not data:
+        raise InputError(f"{path}: the file is empty", "nothing to compare at this address")
+    return str(path), data
+
+
+def verify_flash(
+    files: Sequence[tuple[int, str | os.PathLike[str] | bytes]],
+    *,
+    progress: ProgressFn | None = None,
+    **connect_options: Any,
+) -> VerifyResult:
+    """Compare flash with files, region by region (on-board SHA-256, else read-back).
+
+    Mismatches are reported in the result (``.ok``, ``.mismatches``), not raised.
+    """
+    items = [(address, *_source(address, src)) for address, src in files]
+    if not items:
+        raise InputError("nothing to verify", "give ADDR FILE pairs")
+    with _connect(connect_options, progress) as dev:
+        s2 = dev.require_stage2()
+        if not s2.has(CAP_HASH):
+            s2._require(CAP_READ, "verify flash")
+        flash_size = _flash_size(s2)
+        start = dev.link.now()
+        regions = []
+        for address, label, data in items:
+            _check_range(address, len(data), flash_size)
+            if s2.has(CAP_HASH):
+                found, method = s2.sha256(address, len(data)), "sha256"
+            else:
+                found = hashlib.sha256(s2.read(address, len(data), progress)).digest()
+                method = "read-back"
+            want = hashlib.sha256(data).hexdigest()
+            regions.append(VerifyRegion(label, address, len(data), want, found.hex(), method))
+        return VerifyResult(dev.port_name, regions, dev.link.now() - start)
+
+
+@dataclass
+class FlashIdResult:
+    port: str
+    flasher: str
+    jedec_id: int
+    manufacturer: str
+    size: int
+    unique_id: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "flasher": self.flasher,
+            "jedec_id": f"0x{self.jedec_id:06X}",
+            "manufacturer": self.manufacturer,
+            "size": self.size,
+            "unique_id": self.unique_id,
+            **self.details,
+        }
+
+
+def flash_id(*, progress: ProgressFn | None = None, **connect_options: Any) -> FlashIdResult:
+    """JEDEC id, size and unique id of the flash chip, and what the flasher reports."""
+    with _connect(connect_options, progress) as dev:
+        s2 = dev.require_stage2()
+        info = s2.identify()
+        details: dict[str, Any] = {}
+        extra = getattr(s2, "info", None)
+        if extra is not None:
+            details = {
+                "cpu_hz": extra.cpu_hz,
+                "uart_clock_hz": extra.apb0_hz,
+                "spi_clock_hz": extra.sclk_hz,
+                "baud": extra.baud,
+                "protocol": extra.protocol,
+            }
+        return FlashIdResult(
+            dev.port_name,
+            s2.name,
+            info.jedec_id,
+            MANUFACTURERS.get(info.jedec_id >> 16, "unknown"),
+            info.size,
+            info.unique_id.hex(),
+            details,
+        )
