@@ -199,12 +199,12 @@ static u32 crc32_polled(const u8 *p, u32 n)
 
 /* -------------------------------------------------------------- SPI flash -- */
 
-static void spi_start(u32 tmod, u32 rx_n)
+static void spi_start(u32 tmod, u32 frame_bits, u32 rx_frames)
 {
     SPI_SSIENR = 0;
-    SPI_CTRLR0 = (tmod << 10) | 7; /* 8-bit frames, standard SPI */
+    SPI_CTRLR0 = (tmod << 10) | (frame_bits - 1); /* standard SPI */
     SPI_SPI_CTRLR0 = 0;
-    SPI_CTRLR1 = rx_n ? rx_n - 1 : 0;
+    SPI_CTRLR1 = rx_frames ? rx_frames - 1 : 0;
     SPI_SSIENR = 1;
 }
 
@@ -214,11 +214,16 @@ static void spi_stop(void)
     SPI_SSIENR = 0;
 }
 
-/* transmit-only transaction: command bytes, then data (page program) */
+static u32 be32(const u8 *p)
+{
+    return ((u32)p[0] << 24) | ((u32)p[1] << 16) | ((u32)p[2] << 8) | p[3];
+}
+
+/* transmit-only transaction of 8-bit frames: command bytes, then data */
 static void spi_send(const u8 *cmd, u32 nc, const u8 *data, u32 nd)
 {
     u32 total = nc + nd, i = 0;
-    spi_start(1, 0);
+    spi_start(1, 8, 0);
     while (i < total && i < 32) {
         SPI_DR = i < nc ? cmd[i] : data[i - nc];
         i++;
@@ -237,21 +242,64 @@ static void spi_send(const u8 *cmd, u32 nc, const u8 *data, u32 nd)
     spi_stop();
 }
 
-/* "EEPROM read" transaction: command bytes out, n bytes in */
+/* "EEPROM read" transaction of 8-bit frames: command bytes out, n bytes in */
 static void spi_recv(const u8 *cmd, u32 nc, u8 *out, u32 n)
 {
-    spi_start(3, n);
+    spi_start(3, 8, n);
     for (u32 i = 0; i < nc; i++)
         SPI_DR = cmd[i];
     SPI_SER = 1;
-    u32 got = 0;
-    while (got < n) {
+    for (u32 got = 0; got < n;) {
         u32 lvl = SPI_RXFLR;
         while (lvl-- && got < n)
             out[got++] = (u8)SPI_DR;
-        if (lvl == 0xFFFFFFFFu)
-            uart_poll(); /* the RX FIFO was drained: serve the link meanwhile */
     }
+    spi_stop();
+}
+
+/* Bulk transfers in 32-bit frames (4 bytes per FIFO entry, most significant byte first
+ * on the wire): the instruction and 24-bit address form the first frame. */
+static void spi_read32(u32 insn_addr, u8 *out, u32 n)
+{
+    u32 words = n / 4;
+    spi_start(3, 32, words);
+    SPI_DR = insn_addr;
+    SPI_SER = 1;
+    for (u32 got = 0; got < words;) {
+        u32 lvl = SPI_RXFLR;
+        while (lvl-- && got < words) {
+            u32 v = SPI_DR;
+            u8 *o = out + 4 * got++;
+            o[0] = (u8)(v >> 24);
+            o[1] = (u8)(v >> 16);
+            o[2] = (u8)(v >> 8);
+            o[3] = (u8)v;
+        }
+        uart_poll(); /* the RX FIFO was drained: serve the link meanwhile */
+    }
+    spi_stop();
+}
+
+static void spi_write32(u32 insn_addr, const u8 *data, u32 n)
+{
+    u32 words = n / 4, i = 0;
+    spi_start(1, 32, 0);
+    SPI_DR = insn_addr;
+    while (i < words && i < 31) {
+        SPI_DR = be32(data + 4 * i);
+        i++;
+    }
+    SPI_SER = 1;
+    while (i < words) {
+        u32 room = 32 - SPI_TXFLR;
+        while (room-- && i < words) {
+            SPI_DR = be32(data + 4 * i);
+            i++;
+        }
+        uart_poll();
+    }
+    while ((SPI_SR & 5) != 4)
+        ;
     spi_stop();
 }
 
@@ -290,12 +338,11 @@ static void flash_erase(u8 op, u32 addr)
     flash_wait();
 }
 
-static void flash_program(u32 addr, const u8 *p, u32 n)
+/* one whole, page-aligned page */
+static void flash_program(u32 addr, const u8 *p)
 {
-    u8 c[4];
-    cmd_addr(c, 0x02, addr);
     flash_simple(0x06);
-    spi_send(c, 4, p, n);
+    spi_write32((0x02u << 24) | addr, p, PAGE);
     flash_wait();
 }
 
@@ -305,8 +352,12 @@ static void flash_read(u32 addr, u8 *out, u32 n)
     u8 c[4];
     while (n) {
         u32 k = n < PAGE ? n : PAGE;
-        cmd_addr(c, 0x03, addr);
-        spi_recv(c, 4, out, k);
+        if (k % 4 == 0) {
+            spi_read32((0x03u << 24) | addr, out, k);
+        } else {
+            cmd_addr(c, 0x03, addr);
+            spi_recv(c, 4, out, k);
+        }
         addr += k;
         out += k;
         n -= k;
@@ -390,7 +441,7 @@ static void write_range(u32 addr, const u8 *src, u32 n)
         for (u32 pg = 0; pg < size; pg += PAGE) {
             u8 *u = unit_buf + pg;
             if (need_erase ? !is_blank(u, PAGE) : page_dirty[pg / PAGE])
-                flash_program(base + pg, u, PAGE);
+                flash_program(base + pg, u);
             else
                 uart_poll();
         }

@@ -154,7 +154,9 @@ def test_unthrottled_burst_overflows_a_slow_board_and_chunking_fixes_it(flash):
     assert paced.exec_raw(code) == b"6000\n"
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.binary(max_size=3000))
 def test_files_round_trip_with_hash_check(flash, data):
     repl = connect(sim_url(flash))
@@ -221,10 +223,10 @@ def test_wait_reset_catches_a_manual_reset(flash):
 
 
 def test_dropped_connection_is_a_clear_error_then_reconnect_works(flash):
-    url = sim_url(flash, disconnect="300")
+    url = sim_url(flash, disconnect="2500")
     repl = connect(url, timeout=2.0)
     with pytest.raises((PortError, NoResponseError)) as info:
-        repl.exec_raw("print('" + "x" * 400 + "')")
+        repl.exec_raw("print('" + "x" * 3000 + "')")
     assert info.value.hint
     # a new connection to the board recovers
     again = connect(sim_url(flash), timeout=2.0)
@@ -240,3 +242,21 @@ def test_silent_port_times_out_instead_of_hanging(tmp_path):
         repl.connect()
     with pytest.raises(NoResponseError, match="init end"):
         repl.connect(reset=True, boot_wait=1.0)
+
+
+def test_friendly_repl_runs_a_line_and_raw_mode_comes_back(flash):
+    repl = connect(sim_url(flash))
+    repl.exit_raw()
+    repl._write(b"6*7\r")
+    assert b"42" in repl.read_until(b">>> ", 1.0, "friendly prompt")
+    repl.enter_raw()
+    assert repl.exec_raw("print('raw again')") == b"raw again\n"
+
+
+def test_bad_personality_option_is_an_input_error(flash):
+    from kflashpy.errors import InputError
+
+    with pytest.raises(InputError, match="maixpy_dev"):
+        connect(sim_url(flash, maixpy_dev="flip:x"))
+    with pytest.raises(InputError, match="unknown MaixPy personality option"):
+        connect(sim_url(flash, maixpy_colour="red"))

@@ -48,6 +48,12 @@ _LAZY: dict[str, str] = {
     "erase_on": "kflashpy.isp.burn",
     "WriteRegion": "kflashpy.isp.burn",
     "BurnResult": "kflashpy.isp.burn",
+    # MaixPy side: REPL driver and board-vs-host comparison
+    "open_repl": "kflashpy.maixpy.repl",
+    "MaixPyRepl": "kflashpy.maixpy.repl",
+    "compare": "kflashpy.maixpy.compare",
+    "LoadSpec": "kflashpy.maixpy.compare",
+    "board_info": "kflashpy.maixpy.board",
 }
 
 

@@ -261,7 +261,7 @@ def items_from_kfpkg(pkg: Any, **kw: Any) -> list[FlashItem]:
     ]
 
 
-def _bytes_to_write(item: FlashItem, content: ContentInfo, prefix: bool) -> bytes:
+def _bytes_to_write(item: FlashItem, prefix: bool) -> bytes:
     if prefix:
         return wrap_boot_image(item.data, key=item.key, dio=item.dio)
     data = item.data
@@ -289,7 +289,7 @@ def _boots(r: PlannedRegion, boot_address: int) -> bool:
 def _region(item: FlashItem, boot_address: int, resident: bool = False) -> PlannedRegion:
     content = detect_content(item.data, item.name)
     prefix = _decide_prefix(item, content, boot_address)
-    return PlannedRegion(item, content, prefix, _bytes_to_write(item, content, prefix), resident)
+    return PlannedRegion(item, content, prefix, _bytes_to_write(item, prefix), resident)
 
 
 class _Checker:

@@ -73,8 +73,10 @@ class KfpyOp(IntEnum):
 
 SECTOR = 4096
 FRAME = 65536
+MIN_FRAME = 4096  # a damaging line shrinks frames down to this
 BOOT_CHUNK = 4096  # the bootstrap's receive buffer
 READ_CHUNK = 4096
+MIN_READ_CHUNK = 256
 READ_WINDOW = 8
 RETRIES = 6
 FLASH_S_PER_FRAME = 0.6  # erase + program of 64 KiB at typical timings, with margin
@@ -126,14 +128,14 @@ class FlasherInfo:
                 f"IDENTIFY reply is not from kflashpy's flasher ({p[:8].hex()})",
                 "the program on the board is another flasher: use --stub kflash",
             )
-        proto, ver, caps, jedec = struct.unpack_from("<HHII", p, 4)
+        proto, ver, caps = struct.unpack_from("<HHI", p, 4)
         v = struct.unpack_from("<10I", p, 24)
         return cls(
             proto,
             ver,
             caps,
-            jedec & 0xFFFFFF,
-            bool(jedec >> 24),
+            int.from_bytes(p[12:15], "big"),  # manufacturer, type, capacity
+            bool(p[15]),
             p[16:24],
             v[0],
             v[1],
@@ -147,6 +149,23 @@ class FlasherInfo:
             v[8],
             v[9],
         )
+
+
+class _Frame:
+    """One write frame: raw bytes, the request packet (compressed if smaller), tries."""
+
+    def __init__(self, at: int, chunk: bytes) -> None:
+        self.at = at
+        self.chunk = chunk
+        self.tries = 0
+        c = zlib.compressobj(9, zlib.DEFLATED, -15)
+        packed = c.compress(chunk) + c.flush()
+        if len(packed) + 4 < len(chunk):
+            self.packet = build_request(
+                KfpyOp.WRITE_DEFLATE, at, struct.pack("<I", len(chunk)) + packed
+            )
+        else:
+            self.packet = build_request(KfpyOp.WRITE, at, chunk)
 
 
 class _BadReply(Exception):
@@ -223,6 +242,7 @@ class KfpyStage2(Stage2):
         self.actual_baud: int | None = None
         self._hash_cache: dict[tuple[int, int], list[bytes]] = {}
         self._written: set[tuple[int, int]] = set()
+        self._frame_limit = FRAME
 
     # --- plumbing ---------------------------------------------------------------------
     def _barrier(self) -> None:
@@ -365,51 +385,85 @@ class KfpyStage2(Stage2):
 
     # --- reading ----------------------------------------------------------------------
     def read(self, address: int, size: int, progress: ProgressFn | None = None) -> bytes:
+        """Read flash; checked per chunk (CRC-32) and as a whole (the board's SHA-256).
+
+        On a line that damages most chunks the stream restarts from where it stopped
+        with smaller chunks; the region is then hashed once more on the board.
+        """
         self._ensure_flasher()
-        if size <= 0:
-            return b""
         out = bytearray()
         report(progress, Progress("read", 0, size))
-        self.link.send(KfpyOp.READ, address, struct.pack("<III", size, READ_CHUNK, READ_WINDOW))
+        chunk, restarts = READ_CHUNK, 0
+        while len(out) < size:
+            if self._read_stream(address, size, chunk, out, progress):
+                continue
+            restarts += 1
+            if restarts > RETRIES or chunk <= MIN_READ_CHUNK and restarts > 2:
+                raise NoResponseError(
+                    f"read at 0x{address + len(out):08X}: the board stopped sending",
+                    self.link.diagnose() + "; a lower baud rate (-b) may help",
+                )
+            chunk = max(MIN_READ_CHUNK, chunk // 2)
+            self.link.discard_input()
+            self._barrier()  # ends the board's read; its late frames are thrown away
+        if restarts:
+            return self._check_read(address, out, self.sha256(address, size))
+        return bytes(out)
+
+    def _read_stream(
+        self, address: int, size: int, chunk: int, out: bytearray, progress: ProgressFn | None
+    ) -> bool:
+        """One READ command for the rest of the range; False if the line gave up on it."""
+        base = address + len(out)
+        left = size - len(out)
+        got = bytearray()
+        self.link.send(KfpyOp.READ, base, struct.pack("<III", left, chunk, READ_WINDOW))
         stream = _ReplyStream(self.link)
-        timeout = DEFAULT_TIMEOUT / 3 + READ_WINDOW * READ_CHUNK * 10 / self.link.port.baudrate
+        timeout = DEFAULT_TIMEOUT / 3 + READ_WINDOW * chunk * 10 / self.link.port.baudrate
         acked, failures, last_nak = 0, 0, -1
         while True:
-            expect = min(READ_CHUNK, size - len(out)) + 4 if len(out) < size else 32
+            if not got:
+                expect = 8  # the first reply may be a refusal (address and size only)
+            elif len(got) < left:
+                expect = min(chunk, left - len(got)) + 4
+            else:
+                expect = 36
             try:
                 resp = stream.next(KfpyOp.READ, timeout, expect)
                 p = _payload(resp)
                 if resp.status != Status.OK:
                     raise ProtocolError(
-                        f"read of {size} B at 0x{address:08X}: refused ({resp.describe()})",
+                        f"read of {left} B at 0x{base:08X}: refused ({resp.describe()})",
                         "check the range against the flash size (kflashpy flash-id)",
                     )
                 off = struct.unpack_from("<I", p)[0]
             except (NoResponseError, _BadReply):
                 failures += 1
-                if failures > RETRIES * 4:
-                    raise NoResponseError(
-                        f"read at 0x{address + len(out):08X}: the board stopped sending",
-                        self.link.diagnose() + "; a lower baud rate (-b) may help",
-                    ) from None
-                if len(out) == size:  # the final digest was lost: hash separately
-                    return self._check_read(address, out, self.sha256(address, size))
-                self.link.send(KfpyOp.READ_ACK, len(out), data_len=1)  # resend from here
-                last_nak = len(out)
+                if len(got) == left:  # only the final digest was lost: hash separately
+                    out += self._check_read(base, got, self.sha256(base, left))
+                    return True
+                if failures > 8:
+                    out += got
+                    return False
+                self.link.send(KfpyOp.READ_ACK, len(got), data_len=1)  # resend from here
+                last_nak = len(got)
                 continue
-            if off == size and len(p) == 36 and len(out) == size:
-                return self._check_read(address, out, p[4:])
-            if off == len(out) and len(p) > 4:
-                out += p[4:]
-                report(progress, Progress("read", len(out), size))
-                if len(out) - acked >= READ_CHUNK * READ_WINDOW // 2 or len(out) == size:
-                    self.link.send(KfpyOp.READ_ACK, len(out), data_len=0)
-                    acked = len(out)
-            elif off > len(out) and last_nak != len(out):
-                self.link.send(KfpyOp.READ_ACK, len(out), data_len=1)
-                last_nak = len(out)
+            if off == left and len(p) == 36 and len(got) == left:
+                out += self._check_read(base, got, p[4:])
+                return True
+            if off == len(got) and len(p) > 4:
+                got += p[4:]
+                failures = 0
+                report(progress, Progress("read", len(out) + len(got), size))
+                if len(got) - acked >= chunk * READ_WINDOW // 2 or len(got) == left:
+                    self.link.send(KfpyOp.READ_ACK, len(got), data_len=0)
+                    acked = len(got)
+            elif off > len(got) and last_nak != len(got):
+                self.link.send(KfpyOp.READ_ACK, len(got), data_len=1)
+                last_nak = len(got)
 
-    def _check_read(self, address: int, data: bytearray, digest: bytes) -> bytes:
+    @staticmethod
+    def _check_read(address: int, data: bytearray, digest: bytes) -> bytes:
         if hashlib.sha256(data).digest() != digest:
             raise ProtocolError(
                 f"read of {len(data)} B at 0x{address:08X}: the data does not match the "
@@ -442,51 +496,57 @@ class KfpyStage2(Stage2):
             frames.append((off, n))
         return [(address + off, data[off : off + n]) for off, n in frames]
 
-    @staticmethod
-    def _packet(at: int, chunk: bytes) -> bytes:
-        c = zlib.compressobj(9, zlib.DEFLATED, -15)
-        packed = c.compress(chunk) + c.flush()
-        if len(packed) + 4 < len(chunk):
-            return build_request(KfpyOp.WRITE_DEFLATE, at, struct.pack("<I", len(chunk)) + packed)
-        return build_request(KfpyOp.WRITE, at, chunk)
+    def _failed(self, frame: _Frame) -> list[_Frame]:
+        """A frame to send again: smaller, on a line that damages big frames."""
+        if len(frame.chunk) <= MIN_FRAME:
+            frame.tries += 1
+            if frame.tries > RETRIES:
+                raise NoResponseError(
+                    f"write at 0x{frame.at:08X}: not acknowledged after {frame.tries} tries",
+                    self.link.diagnose() + "; a lower baud rate (-b) may help",
+                )
+            return [frame]
+        self._frame_limit = max(MIN_FRAME, len(frame.chunk) // 2)
+        return [
+            _Frame(frame.at + off, frame.chunk[off : off + n])
+            for off, n in sector_blocks(frame.at, len(frame.chunk), self._frame_limit)
+        ]
 
     def write(self, address: int, data: bytes, progress: ProgressFn | None = None) -> None:
         self._ensure_flasher()
         total = len(data)
         report(progress, Progress("write", 0, total))
         frames = self._frames(address, data)
-        skipped = total - sum(len(c) for _, c in frames)
-        done = skipped
-        if skipped:
-            report(progress, Progress("write", done, total, message=f"{skipped} B unchanged"))
+        done = total - sum(len(c) for _, c in frames)
+        if done:
+            report(progress, Progress("write", done, total, message=f"{done} B unchanged"))
         window = self.info.window if self.info else 2
-        todo = deque((at, len(chunk), self._packet(at, chunk)) for at, chunk in frames)
-        inflight: deque[tuple[int, int, bytes]] = deque()
-        tries: dict[int, int] = {}
+        todo = deque(
+            _Frame(at + off, chunk[off : off + n])
+            for at, chunk in frames
+            for off, n in sector_blocks(at, len(chunk), self._frame_limit)
+        )
+        inflight: deque[_Frame] = deque()
         baud = self.link.port.baudrate
+        streak = 0
         while todo or inflight:
             while todo and len(inflight) < window:
-                item = todo.popleft()
-                tries[item[0]] = tries.get(item[0], 0) + 1
-                if tries[item[0]] > RETRIES + 1:
-                    raise NoResponseError(
-                        f"write at 0x{item[0]:08X}: not acknowledged after {RETRIES + 1} tries",
-                        self.link.diagnose() + "; a lower baud rate (-b) may help",
-                    )
-                self.link.send_packet(item[2])
-                inflight.append(item)
-            wire = sum(len(p) for _, _, p in inflight) * 10 / baud
+                inflight.append(todo.popleft())
+                self.link.send_packet(inflight[-1].packet)
+            wire = sum(len(f.packet) for f in inflight) * 10 / baud
             timeout = DEFAULT_TIMEOUT + wire + FLASH_S_PER_FRAME * len(inflight)
             try:
                 resp = self.link.recv(KfpyOp.WRITE, timeout, extra_len=None)
                 p = _payload(resp)
             except (NoResponseError, _BadReply):
                 self._barrier()  # nothing older is still coming: resend what is unanswered
-                todo.extendleft(reversed(inflight))
+                retry = [g for f in inflight for g in self._failed(f)]
+                todo.extendleft(reversed(retry))
                 inflight.clear()
                 continue
             if resp.status == Status.BAD_DATA_CHECKSUM or len(p) != 8:
-                todo.appendleft(inflight.popleft())  # the oldest frame arrived damaged
+                todo.extendleft(reversed(self._failed(inflight.popleft())))  # arrived damaged
+                streak = 0
                 continue
             at, n = struct.unpack("<II", p)
             if resp.status != Status.OK:
@@ -494,12 +554,16 @@ class KfpyStage2(Stage2):
                     f"write of {n} B at 0x{at:08X}: refused ({resp.describe()})",
                     "check the range against the flash size (kflashpy flash-id)",
                 )
-            while inflight and inflight[0][0] != at:
+            while inflight and inflight[0].at != at:
                 todo.appendleft(inflight.popleft())  # lost on the way: send again
             if inflight:
                 inflight.popleft()
                 done += n
                 report(progress, Progress("write", min(done, total), total))
+                streak += 1
+                if streak >= 8 and self._frame_limit < FRAME:  # the line got better
+                    self._frame_limit *= 2
+                    streak = 0
         self._written.add((address, total))
 
     def write_compressed(

@@ -181,14 +181,16 @@ class MaixPyRepl:
         timeout: float | None = None,
         what: str = "",
         on_data: Callable[[bytes], None] | None = None,
+        total: float | None = None,
     ) -> bytes:
         """Bytes up to (not including) ``marker``; the marker is consumed.
 
-        Raises :class:`NoResponseError` after ``timeout`` seconds without new bytes.
-        ``on_data`` sees the bytes as they arrive (for boot-log watchers).
+        Raises :class:`NoResponseError` after ``timeout`` seconds without new bytes, or
+        once about ``total`` seconds passed (a board that keeps printing something
+        else, like a looping ``boot.py``). ``on_data`` sees the bytes as they arrive.
         """
         limit = self.timeout if timeout is None else timeout
-        idle = 0.0
+        idle = spent = 0.0
         step = min(0.05, limit) if limit > 0 else 0.01
         while True:
             at = self._rx.find(marker)
@@ -196,7 +198,7 @@ class MaixPyRepl:
                 out = bytes(self._rx[:at])
                 del self._rx[: at + len(marker)]
                 return out
-            if idle >= limit:
+            if idle >= limit or (total is not None and spent >= total):
                 tail = bytes(self._rx[-160:])
                 raise NoResponseError(
                     f"no {what or repr(marker)} from the board within {limit:g} s"
@@ -205,6 +207,7 @@ class MaixPyRepl:
                     "retry with --reset so kflashpy can interrupt it at boot",
                 )
             data = self._read_some(step)
+            spent += step  # a read that returned data took at most about this long
             if data:
                 idle = 0.0
                 self._rx += data
@@ -245,7 +248,7 @@ class MaixPyRepl:
             self.boot_log += self.interrupt()
             self._write(b"\r\x01")
             try:
-                self.read_until(RAW_BANNER, timeout=timeout, what="raw REPL banner")
+                self.read_until(RAW_BANNER, timeout, "raw REPL banner", total=timeout)
             except NoResponseError:
                 if attempt + 1 < attempts:
                     continue
@@ -264,7 +267,7 @@ class MaixPyRepl:
     def exit_raw(self) -> None:
         """Back to the friendly REPL (Ctrl-B), e.g. before handing the port to a terminal."""
         self._write(b"\r\x02")
-        self.read_until(FRIENDLY_PROMPT, timeout=2.0, what="friendly prompt")
+        self.read_until(FRIENDLY_PROMPT, 2.0, "friendly prompt", total=2.0)
         self.in_raw = False
 
     def catch_boot_window(self, wait: float = 10.0) -> None:
@@ -275,7 +278,7 @@ class MaixPyRepl:
         ``main.py``, which is the only way past a boot script that swallows Ctrl-C.
         """
         try:
-            log = self.read_until(INIT_END, timeout=wait, what="'[MaixPy] init end' boot line")
+            log = self.read_until(INIT_END, wait, "'[MaixPy] init end' boot line", total=wait)
         except NoResponseError as e:
             raise NoResponseError(
                 f"the board did not boot MaixPy within {wait:g} s (no '[MaixPy] init end')",
@@ -336,8 +339,8 @@ class MaixPyRepl:
         if not self.in_raw:
             self.enter_raw()
         self._write(b"\x04")
-        self.read_until(b"OK", timeout=2.0, what="soft reset acknowledgement")
-        self.read_until(SOFT_REBOOT, timeout=boot_wait, what="soft reboot message")
+        self.read_until(b"OK", 2.0, "soft reset acknowledgement", total=2.0)
+        self.read_until(SOFT_REBOOT, boot_wait, "soft reboot message", total=boot_wait)
         self.catch_boot_window(boot_wait)
         self.in_raw = False
         self.enter_raw()
@@ -365,14 +368,15 @@ class MaixPyRepl:
         self.send_code(data)
         self._write(b"\x04")
         try:
-            ack = self.read_until(b"OK", timeout=2.0, what="'OK' after the code")
+            ack = self.read_until(b"OK", 2.0, "'OK' after the code", total=2.0)
         except NoResponseError as e:
             self.in_raw = False  # unknown state: the next call re-syncs with Ctrl-C/Ctrl-A
             raise NoResponseError(
                 f"the board did not acknowledge {len(data)} bytes of code"
                 + (f" while {doing}" if doing else ""),
-                "the connection dropped or the board reset: check the cable and retry "
-                "(kflashpy re-synchronises with the REPL on the next command)",
+                "the connection dropped, the board reset, or it lost bytes of the upload "
+                "(its receive buffer is 2 KiB: use smaller chunks); kflashpy "
+                "re-synchronises with the REPL on the next command",
             ) from e
         if ack.strip(b"\r\n>"):
             self.in_raw = False

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kflashpy.errors import InputError
+
 #: MaixPy's UART receive ring (MAIX_UART_BUF)
 RX_RING = 2048
 BANNER = (
@@ -81,8 +83,11 @@ BOOT_SCRIPTS = {
 }
 
 
-class PersonalityOptionError(ValueError):
+class PersonalityOptionError(InputError):
     """A ``maixpy_*`` option the personality does not understand."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "see docs/compare.md for the MaixPy personality options")
 
 
 @dataclass(frozen=True)
@@ -156,14 +161,6 @@ def _board_options(board) -> dict[str, str]:
 class _Namespace:
     def __init__(self, **kw) -> None:
         self.__dict__.update(kw)
-
-
-class MpError(Exception):
-    """An exception to show MicroPython-style (``Type: message``) on the board."""
-
-    def __init__(self, type_name: str, message: str) -> None:
-        super().__init__(message)
-        self.type_name = type_name
 
 
 def _kpu_error(code: int, what: str = "load") -> ValueError:
@@ -430,6 +427,7 @@ class MaixPyPersonality:
         self.globals: dict = {}
         self.gc_free, self.sys_free = 400_000, 2_000_000
         self._stdout: list[str] = []
+        self._module_table: dict | None = None
         self._boot(now, after="friendly", soft=False)
 
     # --- contract B ------------------------------------------------------------------------
@@ -666,6 +664,11 @@ class MaixPyPersonality:
         return modules[top]
 
     def _modules(self) -> dict:
+        if self._module_table is None:
+            self._module_table = self._make_modules()
+        return self._module_table
+
+    def _make_modules(self) -> dict:
         kpu = _Kpu(self)
         stdout = _Namespace(write=lambda s: self._stdout.append(str(s)))
         utils = _Namespace(
@@ -783,7 +786,7 @@ def _format_exception(e: BaseException) -> str:
     for frame in traceback.extract_tb(e.__traceback__):
         if frame.filename == "<stdin>":
             line = frame.lineno or 1
-    name = e.type_name if isinstance(e, MpError) else type(e).__name__
+    name = type(e).__name__
     if isinstance(e, OSError) and e.errno is not None:
         msg = f"[Errno {e.errno}] {e.strerror}"
     else:

@@ -1,0 +1,86 @@
+"""kflashpy's flasher as shipped: metadata, headers, and the polled-design check.
+
+The rebuild-and-compare check itself (``python stub/build.py --check``) runs in CI before
+pytest; here the shipped files are checked against their metadata, and the machine-code
+check that enforces "no ecall, no wfi, no floating point" is shown to catch them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from kflashpy.errors import FormatError
+from kflashpy.stub import HEADER_MAGIC, PARAM_OFFSET, load
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "stub"))
+
+import build  # noqa: E402
+
+
+def test_shipped_binaries_match_their_metadata():
+    meta = json.loads((REPO / "src/kflashpy/stub/flasher.json").read_text())
+    fb = load()
+    assert fb.protocol_version == meta["protocol_version"] == build.PROTOCOL_VERSION
+    for prog in (fb.boot, fb.flasher):
+        info = meta["programs"][prog.name]
+        assert hashlib.sha256(prog.image).hexdigest() == info["sha256"]
+        assert len(prog.image) == info["size"]
+        assert prog.image[4:8] == HEADER_MAGIC
+        assert prog.load_address == info["load_address"] == build.PROGRAMS[prog.name][1]
+    # the bootstrap is small enough for two 1 KiB ROM frames; the flasher sits below the
+    # ROM's data at 0x805F8000 and leaves SRAM from 0x80000000 free for SRAM programs
+    assert len(fb.boot.image) <= 2048
+    assert fb.flasher.load_address >= 0x80500000
+    assert fb.flasher.load_address + len(fb.flasher.image) < 0x805F8000
+
+
+def test_bootstrap_parameter_is_patched_in_place():
+    boot = load().boot
+    patched = boot.with_param(3_000_000)
+    assert len(patched) == len(boot.image)
+    assert int.from_bytes(patched[PARAM_OFFSET : PARAM_OFFSET + 4], "little") == 3_000_000
+    assert patched[:PARAM_OFFSET] == boot.image[:PARAM_OFFSET]
+
+
+def test_shipped_code_is_polled_and_integer_only():
+    for prog in (load().boot, load().flasher):
+        # the flat binary starts with .text; the check skips the 16-byte header
+        assert build.forbidden_instructions(prog.image[:4096], prog.load_address) == []
+
+
+@pytest.mark.parametrize(
+    "code, what",
+    [
+        ((0x00000073).to_bytes(4, "little"), "ecall"),
+        ((0x10500073).to_bytes(4, "little"), "wfi"),
+        ((0x00053007).to_bytes(4, "little"), "floating-point"),  # fld
+        ((0x2000).to_bytes(2, "little"), "compressed FP"),  # c.fld
+    ],
+)
+def test_instruction_check_catches_forbidden_code(code, what):
+    bad = build.forbidden_instructions(bytes(16) + code, 0x80000000)
+    assert len(bad) == 1 and what in bad[0] and bad[0].startswith("0x80000010")
+
+
+def test_damaged_package_file_is_a_format_error(tmp_path, monkeypatch):
+    import kflashpy.stub as stub
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    for name in ("flasher.json", "kflashpy_boot.bin", "kflashpy_flasher.bin"):
+        (pkg / name).write_bytes((REPO / "src/kflashpy/stub" / name).read_bytes())
+    flasher = pkg / "kflashpy_flasher.bin"
+    flasher.write_bytes(flasher.read_bytes()[:-1] + b"\x00")
+    monkeypatch.setattr(stub.resources, "files", lambda _name: pkg)
+    stub.load.cache_clear()
+    try:
+        with pytest.raises(FormatError, match="kflashpy_flasher.bin"):
+            stub.load()
+    finally:
+        stub.load.cache_clear()

@@ -1,0 +1,150 @@
+"""kflashpy's flasher on the virtual K210 (sim://), through the real ROM upload path.
+
+Nothing is mocked: the mask ROM takes the bootstrap, the bootstrap loads the flasher at
+the transfer baud rate, and the emulated core runs both binaries against the UART3,
+SPI3 and NOR flash models. Assertions read the virtual flash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import zlib
+from pathlib import Path
+
+import pytest
+
+from kflashpy.cli import main
+from kflashpy.errors import InputError, ProtocolError
+from kflashpy.isp.burn import WriteRegion, burn_on
+from kflashpy.isp.connect import connect
+from kflashpy.isp.kfpy_stage2 import KfpyStage2
+from kflashpy.stub import load
+
+pytest.importorskip("kflashpy.sim.core")
+
+SIM = "sim://?board=maix-bit"
+KMODELS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+
+
+def _mixed(n: int, seed: int) -> bytes:
+    """Half random, half compressible: exercises raw and deflate frames."""
+    rng = random.Random(seed)
+    out = bytearray()
+    while len(out) < n:
+        out += rng.randbytes(3000) if rng.random() < 0.5 else bytes([rng.randrange(4)]) * 5000
+    return bytes(out[:n])
+
+
+@pytest.fixture(scope="module")
+def dev():
+    with connect(SIM, board="maix-bit", baud=1500000, stub="kflashpy") as d:
+        yield d
+
+
+def test_connect_identifies_flasher_and_chip(dev):
+    s2 = dev.stage2
+    assert isinstance(s2, KfpyStage2)
+    info = s2.info
+    assert info.jedec_id == 0xEF4018 and info.flash_size == 16 << 20
+    assert info.cpu_hz == 390_000_000 and info.apb0_hz == 195_000_000
+    # 195 MHz / 1.5 Mbaud = 130: the UART divisor is exact, the board agrees
+    assert s2.actual_baud == 1_500_000 == dev.port.sim_board.board_baud()
+    assert info.link_base == load().flasher.load_address
+
+
+def test_unaligned_write_keeps_neighbours_and_reads_back(dev):
+    board, s2 = dev.port.sim_board, dev.stage2
+    before = os.urandom(0x30000)
+    board.flash.data[0x10000:0x40000] = before  # old content around the write
+    data = _mixed(70000, 1)
+    at = 0x11234
+    s2.write(at, data)
+    flash = board.flash.read(0x10000, 0x30000)
+    assert flash[at - 0x10000 : at - 0x10000 + len(data)] == data
+    assert flash[: at - 0x10000] == before[: at - 0x10000]
+    assert flash[at - 0x10000 + len(data) :] == before[at - 0x10000 + len(data) :]
+    assert s2.read(at, len(data)) == data
+    assert s2.sha256(at, len(data)) == hashlib.sha256(data).digest()
+
+
+def test_rewrite_sends_only_changed_sectors(dev):
+    board, s2 = dev.port.sim_board, dev.stage2
+    data = bytearray(_mixed(0x20000, 2))
+    s2.write(0x80000, bytes(data))
+    programs = board.flash.stats.programs
+    frames = dev.link.stats.frames_out
+    s2.write(0x80000, bytes(data))  # unchanged: hash list only, nothing programmed
+    assert board.flash.stats.programs == programs
+    assert dev.link.stats.frames_out - frames <= 2
+    data[0x5000:0x5010] = b"changed content!"
+    s2.write(0x80000, bytes(data))
+    assert board.flash.read(0x80000, len(data)) == data
+    assert board.flash.stats.programs - programs <= 16  # one sector's pages at most
+
+
+def test_erase_region_and_bad_ranges(dev):
+    board, s2 = dev.port.sim_board, dev.stage2
+    board.flash.data[0x200000:0x212000] = b"\x00" * 0x12000
+    s2.erase(0x200000, 0x11000)
+    assert board.flash.read(0x200000, 0x11000) == b"\xff" * 0x11000
+    assert board.flash.read(0x211000, 0x1000) == b"\x00" * 0x1000
+    with pytest.raises(InputError):
+        s2.erase(0x200100, 0x1000)
+    with pytest.raises(ProtocolError, match="refused"):
+        s2.read((16 << 20) - 16, 32)
+
+
+def test_sram_write_and_exec_runs_a_program(dev):
+    """Load the bootstrap through the flasher and start it: it answers at the same rate."""
+    s2 = dev.stage2
+    boot = load().boot
+    s2.sram_write(boot.load_address, boot.with_param(1500000))
+    s2.execute(boot.entry)
+    s2.greet()
+    # the bootstrap knows SRAM_WRITE/EXEC only: bring the flasher back the same way
+    s2._running = False
+    s2._ensure_flasher()
+    s2.flash_init()
+    assert s2.read(0x11234, 16) == dev.port.sim_board.flash.read(0x11234, 16)
+
+
+def test_burn_pipeline_verifies_and_skips_unchanged(tmp_path):
+    model = (KMODELS / "v3" / "mnist_maixpy-scripts.kmodel").read_bytes()
+    img = tmp_path / "board.img"
+    img.write_bytes(b"\xff" * (16 << 20))
+    with connect(f"{SIM}&flash={img}", board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        region = WriteRegion(0x300000, model, "model")
+        first = burn_on(d, [region], reboot=False)
+        again = burn_on(d, [region], reboot=False)
+    assert first.verification == "sha256" and first.regions[0].status == "written"
+    assert again.regions[0].status == "skipped"
+    assert img.read_bytes()[0x300000 : 0x300000 + len(model)] == model
+    assert len(zlib.compress(model)) < len(model)  # went out as deflate frames
+
+
+def test_cli_read_verify_flash_id(tmp_path, capsys):
+    data = _mixed(9000, 3)
+    img = tmp_path / "board.img"
+    flash = bytearray(b"\xff" * (16 << 20))
+    flash[0x1000 : 0x1000 + len(data)] = data
+    img.write_bytes(flash)
+    src = tmp_path / "data.bin"
+    src.write_bytes(data)
+    url = f"{SIM}&flash={img}"
+    out = tmp_path / "out.bin"
+    common = ["--json", "-p", url, "-B", "maix-bit", "-b", "1500000"]
+    assert main([*common, "read", "--addr", "0x1000", "--size", "9000", "-o", str(out)]) == 0
+    assert out.read_bytes() == data
+    capsys.readouterr()
+    assert main([*common, "flash-id"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["result"]["jedec_id"] == "0xEF4018" and doc["result"]["size"] == 16 << 20
+    assert main([*common, "verify", "0x1000", str(src)]) == 0
+    capsys.readouterr()
+    assert main([*common, "verify", "0x1000", str(src), "0x2000", str(src)]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert "0x00002000" in doc["error"]["message"]
+    assert [r["ok"] for r in doc["result"]["regions"]] == [True, False]
