@@ -40,6 +40,35 @@ YOLO = (
 BAUDS = (115200, 1500000, 3000000)
 
 
+def apply_sim_rx_fix() -> None:
+    """The RX-timing fix proposed to sim-core (scratch/stub/notes-for-sim-core.md).
+
+    The simulator hands UART bytes to the core only between instruction slices, while SPI
+    transfers add stall time inside a slice; a polled flasher that reads the UART between
+    SPI transfers (as hardware allows) then loses bytes to FIFO overruns. With this fix a
+    read of the link UART first takes the bytes that arrived by the core's current time.
+    Only applied with --sim-rx-fix, and said so in the output.
+    """
+    from kflashpy.sim import core, uarts
+
+    plain_read, plain_init = uarts.DwUart.read, core.Core.__init__
+
+    def read(self, offset, size):
+        c = getattr(self, "_core", None)
+        if c is not None and self is c.rx_uart and offset in (uarts.RBR, uarts.LSR, uarts.RFL):
+            for _, chunk in c.board.to_board.receive(c._time(), self.baud()):
+                self.receive(chunk)
+        return plain_read(self, offset, size)
+
+    def init(self, board, entry):
+        plain_init(self, board, entry)
+        for u in self.uarts.values():
+            u._core = self
+
+    uarts.DwUart.read = read
+    core.Core.__init__ = init
+
+
 @dataclass
 class Row:
     case: str
@@ -160,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--payload", action="append", choices=["kmodel", "firmware"])
     ap.add_argument("--no-reflash", dest="reflash", action="store_false")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--sim-rx-fix", action="store_true", help="see apply_sim_rx_fix()")
     args = ap.parse_args(argv)
+    if args.sim_rx_fix:
+        apply_sim_rx_fix()
+        print("NOTE: simulator patched with the proposed UART RX timing fix", flush=True)
     rows = run(args)
     print()
     print(table(rows, header=True))

@@ -32,7 +32,7 @@ CASES = [
 
 
 def main() -> None:
-    print(f"{'model':44} {'input B':>8} {'virtual s':>10} {'wall s':>8} {'passed':>7}")
+    print(f"{'model':44} {'input':>7} {'virtual s':>10} {'wall s':>8} {'passed':>7}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, inp in CASES:
             model = (FIXTURES / name).read_bytes()
@@ -51,9 +51,8 @@ def main() -> None:
             virtual = port.sim_board.now - v0
             wall = time.perf_counter() - t0
             port.close()
-            size = {"rgb565": 2, "gray": 1}.get(rep.input_kind, 0)
             print(
-                f"{Path(name).name:44} {size or '-':>8} {virtual:10.2f} {wall:8.2f} "
+                f"{Path(name).name:44} {rep.input_kind:>7} {virtual:10.2f} {wall:8.2f} "
                 f"{str(rep.passed):>7}"
             )
 

@@ -220,8 +220,15 @@ def test_cli_human_output_and_board_commands(flash, capsys):
     assert "DIFFERS" in out.out and "(element 1, byte 6)" in out.out and "--bisect" in out.err
     assert main(["-p", sim_url(flash), "board-info"]) == 0
     assert "kmodel V4" in capsys.readouterr().out
-    assert main(["-p", sim_url(flash), "repl-verify", str(MNIST), "--addr", hex(A_MNIST)]) == 0
-    assert main(["-p", sim_url(flash), "repl-verify", str(MNIST), "--addr", hex(A_SWAPPED)]) == 3
+    assert main(["-p", sim_url(flash), "repl-verify", hex(A_MNIST), str(MNIST)]) == 0
+    assert main(["-p", sim_url(flash), "repl-verify", hex(A_SWAPPED), str(MNIST)]) == 3
+    capsys.readouterr()
+    assert (
+        main(["--json", "-p", sim_url(flash), "verify", "--via-repl", hex(A_MNIST), str(MNIST)])
+        == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["result"]["method"] == "repl" and doc["result"]["regions"][0]["match"]
     assert main(["-p", sim_url(flash, maixpy_dev="err:2006"), "compare", str(MNIST),
                  "--addr", hex(A_MNIST), "--input", "random"]) == 1  # fmt: skip
     assert "ERR_NO_MEM" in capsys.readouterr().err

@@ -260,3 +260,25 @@ def test_bad_personality_option_is_an_input_error(flash):
         connect(sim_url(flash, maixpy_dev="flip:x"))
     with pytest.raises(InputError, match="unknown MaixPy personality option"):
         connect(sim_url(flash, maixpy_colour="red"))
+    with pytest.raises(InputError, match="maixpy_rx_us"):
+        connect(sim_url(flash, maixpy_rx_us="0"))
+
+
+@pytest.mark.parametrize("direction", ["to_board", "to_host"])
+def test_corrupted_transfers_never_pass_silently(flash, direction):
+    """Flipped bits on the line make put/get fail loudly (hash check), never return junk."""
+    from kflashpy.errors import KflashError
+
+    data = bytes(range(256)) * 8
+    good = connect(sim_url(flash))
+    good.put_file("/flash/ref.bin", data)
+    repl = connect(sim_url(flash, corrupt="2e-3", dir=direction, seed="5"), timeout=1.0)
+    failures = 0
+    for _ in range(3):
+        try:
+            assert repl.get_file("/flash/ref.bin") == data
+            repl.put_file("/flash/copy.bin", data)
+        except KflashError:
+            failures += 1
+            repl.in_raw = False  # re-synchronise on the next call
+    assert failures

@@ -48,6 +48,10 @@ _LAZY: dict[str, str] = {
     "erase_on": "kflashpy.isp.burn",
     "WriteRegion": "kflashpy.isp.burn",
     "BurnResult": "kflashpy.isp.burn",
+    # flash read-back through kflashpy's own flasher
+    "read_flash": "kflashpy.isp.flashops",
+    "verify_flash": "kflashpy.isp.flashops",
+    "flash_id": "kflashpy.isp.flashops",
     # MaixPy side: REPL driver and board-vs-host comparison
     "open_repl": "kflashpy.maixpy.repl",
     "MaixPyRepl": "kflashpy.maixpy.repl",

@@ -20,7 +20,17 @@ from ..errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, KflashError
 from .session import JSON_SCHEMA, Session
 
 #: modules of this package that add commands to the ``kflashpy`` group
-COMMAND_MODULES: list[str] = ["imageinfo", "pack", "layout", "burn", "sim", "compare", "model", "run", "flashops"]
+COMMAND_MODULES: list[str] = [
+    "imageinfo",
+    "pack",
+    "layout",
+    "burn",
+    "sim",
+    "compare",
+    "model",
+    "run",
+    "flashops",
+]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

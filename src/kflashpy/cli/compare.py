@@ -9,7 +9,7 @@ import click
 from ..errors import CompareMismatch, InputError, UsageError, VerifyError
 from ..units import fmt_addr, fmt_size
 from .session import Session
-from .types import ADDRESS
+from .types import ADDRESS, pairs
 
 #: boards whose RESET is on DTR (maixpy_runtime_side.md §4.3); the others use RTS
 DTR_RESET_BOARDS = frozenset({"go", "goe", "maix-go", "maixduino", "amigo", "maix-amigo"})
@@ -77,8 +77,8 @@ def _open(s: Session, reset: bool, wait_reset: float, reset_line: str | None, ti
     )
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.6g}"
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.6g}"
 
 
 def register(group: click.Group) -> None:
@@ -239,30 +239,55 @@ def register(group: click.Group) -> None:
         )
 
     @group.command("repl-verify")
-    @click.argument("file", type=click.Path(dir_okay=False))
-    @click.option("--addr", type=ADDRESS, required=True, help="Flash address FILE was burned at.")
+    @click.argument("args", nargs=-1, required=True, metavar="ADDR FILE [ADDR FILE ...]")
     @repl_options
     @click.pass_obj
-    def repl_verify_cmd(s: Session, file, addr, reset, wait_reset, reset_line, timeout):
-        """Check FILE against flash at ADDR by SHA-256, through MaixPy (no ISP mode).
+    def repl_verify_cmd(s: Session, args, reset, wait_reset, reset_line, timeout):
+        """Check that flash holds FILE at ADDR, through a running MaixPy (no ISP mode).
 
-        The board hashes its flash (Maix.utils.flash_read + uhashlib); exit 3 if it differs.
+        The board hashes its own flash (Maix.utils.flash_read + uhashlib); exit 3 if a
+        region differs. Same as `kflashpy verify --via-repl`, with the REPL options.
+
+        \b
+        kflashpy -p /dev/ttyUSB0 repl-verify 0x300000 model.kmodel
         """
-        from ..maixpy.board import verify_region
+        verify_via_repl(s, pairs(args), reset, wait_reset, reset_line, timeout)
 
+
+def verify_via_repl(
+    s: Session,
+    items: list[tuple[int, str]],
+    reset: bool = False,
+    wait_reset: float = 0.0,
+    reset_line: str | None = None,
+    timeout: float = 10.0,
+) -> None:
+    """Render ``verify`` for (ADDR, FILE) pairs checked by hash through the MaixPy REPL."""
+    from ..maixpy.board import verify_region
+
+    files = []
+    for addr, name in items:
         try:
-            data = Path(file).read_bytes()
+            files.append((addr, name, Path(name).read_bytes()))
         except OSError as e:
-            raise InputError(f"{file}: cannot read ({e.strerror})", "check the path") from None
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
-            res = verify_region(repl, addr, data)
-        s.result = res.as_dict()
-        if not res.match:
-            raise VerifyError(
-                f"{file}: flash at {fmt_addr(addr)} ({fmt_size(len(data))}) differs from the file "
-                f"(board sha256 {res.sha256_board[:16]}..., file {res.sha256_file[:16]}...)",
-                "burn it again; for kpu.load_flash models burn the word-swapped file",
-            )
-        s.out(
-            f"{file}: {fmt_size(len(data))} at {fmt_addr(addr)} matches (sha256 {res.sha256_board[:16]}...)"
+            raise InputError(f"{name}: cannot read ({e.strerror})", "check the path") from None
+    with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        results = [(name, verify_region(repl, addr, data)) for addr, name, data in files]
+    s.table(
+        ["file", "address", "size", "flash", "checked by"],
+        [
+            [name, fmt_addr(r.address), fmt_size(r.size), "ok" if r.match else "MISMATCH", "repl"]
+            for name, r in results
+        ],
+    )
+    s.result = {
+        "ok": all(r.match for _, r in results),
+        "method": "repl",
+        "regions": [{"file": name, **r.as_dict()} for name, r in results],
+    }
+    bad = [f"{name} at {fmt_addr(r.address)}" for name, r in results if not r.match]
+    if bad:
+        raise VerifyError(
+            "flash differs from " + ", ".join(bad),
+            "burn those files again; for kpu.load_flash models burn the word-swapped file",
         )

@@ -51,15 +51,26 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
 
 @click.command("verify")
 @click.argument("args", nargs=-1, required=True, metavar="ADDR FILE [ADDR FILE ...]")
+@click.option(
+    "--via-repl",
+    is_flag=True,
+    help="Hash through a running MaixPy's REPL instead of ISP mode (see repl-verify).",
+)
 @stub_option
 @connection_options
 @click.pass_obj
-def verify_cmd(s: Session, args, stub, reset_seq, rom_baud):
+def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
     """Check that flash holds FILE at ADDR (exit code 3 and the region named if not).
 
     \b
     kflashpy verify 0 firmware_image.bin 0x300000 model.kmodel
+    kflashpy verify --via-repl 0x300000 model.kmodel    # MaixPy keeps running
     """
+    if via_repl:
+        from .compare import verify_via_repl
+
+        verify_via_repl(s, pairs(args))
+        return
     res = flashops.verify_flash(
         pairs(args),
         progress=s.progress(),

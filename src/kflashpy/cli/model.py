@@ -241,8 +241,7 @@ def keygen_cmd(s: Session, key_file, force) -> None:
     if path.exists() and not force:
         raise UsageError(f"{key_file} exists", "use --force to replace it (the old key is lost)")
     key = new_key()
-    write_atomic(path, key.hex().encode() + b"\n")
-    path.chmod(0o600)
+    write_atomic(path, key.hex().encode() + b"\n", mode=0o600)
     s.result = {"key_file": key_file, "key_id": key_id(key).hex()}
     s.out(f"wrote a new seal key to {key_file} (key id {key_id(key).hex()}); keep it secret")
 

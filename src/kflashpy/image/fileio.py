@@ -13,11 +13,24 @@ from ..errors import InputError
 __all__ = ["write_atomic"]
 
 
-def write_atomic(path: str | os.PathLike[str], content: bytes | Callable[[BinaryIO], None]) -> Path:
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(
+    path: str | os.PathLike[str],
+    content: bytes | Callable[[BinaryIO], None],
+    mode: int | None = None,
+) -> Path:
     """Write ``content`` (bytes, or a function writing to a binary file) to ``path``.
 
     The data goes to a temporary file in the same directory, which is renamed over
     ``path`` only when complete; on any failure the temporary file is removed.
+    The file gets ``mode`` (set before the rename, so a key is never readable by
+    others even briefly) or, by default, the permissions ``open()`` would give it
+    (0o666 minus the umask), not the private 0o600 of a temporary file.
     """
     out = Path(path)
     try:
@@ -25,6 +38,7 @@ def write_atomic(path: str | os.PathLike[str], content: bytes | Callable[[Binary
     except OSError as e:
         raise InputError(f"{out}: cannot write: {e.strerror or e}", "check the directory") from None
     try:
+        os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
         with os.fdopen(fd, "wb") as f:
             if isinstance(content, bytes | bytearray):
                 f.write(content)
@@ -33,7 +47,9 @@ def write_atomic(path: str | os.PathLike[str], content: bytes | Callable[[Binary
         os.replace(tmp, out)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"{out}: cannot write: {e.strerror or e}") from None
+        raise InputError(
+            f"{out}: cannot write: {e.strerror or e}", "check the free space and the permissions"
+        ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

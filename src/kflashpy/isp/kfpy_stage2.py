@@ -520,7 +520,7 @@ class KfpyStage2(Stage2):
         done = total - sum(len(c) for _, c in frames)
         if done:
             report(progress, Progress("write", done, total, message=f"{done} B unchanged"))
-        window = self.info.window if self.info else 2
+        full_window = window = self.info.window if self.info else 2
         todo = deque(
             _Frame(at + off, chunk[off : off + n])
             for at, chunk in frames
@@ -543,10 +543,13 @@ class KfpyStage2(Stage2):
                 retry = [g for f in inflight for g in self._failed(f)]
                 todo.extendleft(reversed(retry))
                 inflight.clear()
+                window, streak = 1, 0
                 continue
             if resp.status == Status.BAD_DATA_CHECKSUM or len(p) != 8:
                 todo.extendleft(reversed(self._failed(inflight.popleft())))  # arrived damaged
-                streak = 0
+                # a frame that arrives while the flash works may be the problem (a slow
+                # bridge, a core that misses bytes): one frame at a time for a while
+                window, streak = 1, 0
                 continue
             at, n = struct.unpack("<II", p)
             if resp.status != Status.OK:
@@ -561,9 +564,9 @@ class KfpyStage2(Stage2):
                 done += n
                 report(progress, Progress("write", min(done, total), total))
                 streak += 1
-                if streak >= 8 and self._frame_limit < FRAME:  # the line got better
-                    self._frame_limit *= 2
-                    streak = 0
+                if streak >= 8:  # the line got better
+                    self._frame_limit = min(FRAME, self._frame_limit * 2)
+                    window, streak = full_window, 0
         self._written.add((address, total))
 
     def write_compressed(

@@ -211,8 +211,8 @@ class OutputDiff:
     dtype: str
     elements: int
     mismatches: int
-    max_abs: float
-    mean_abs: float
+    max_abs: float | None  # None when the bytes cannot be compared (see ``problem``)
+    mean_abs: float | None
     atol: float
     rtol: float
     first: list[Mismatch]
@@ -240,8 +240,8 @@ def diff_output(
         return OutputDiff(
             **base,
             mismatches=int(host.size),
-            max_abs=float("inf"),
-            mean_abs=float("inf"),
+            max_abs=None,
+            mean_abs=None,
             atol=atol,
             rtol=rtol,
             first=[],

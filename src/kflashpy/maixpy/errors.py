@@ -149,6 +149,6 @@ def board_exception(traceback: str, stdout: bytes = b"", doing: str = "") -> Rep
         hint = "this MaixPy build lacks a module kflashpy needs: use a full (non-minimum) firmware"
     elif exc_type == "MemoryError":
         hint = "the GC heap is full: soft-reset the board or raise Maix.utils.gc_heap_size"
-    elif exc_type in ("OSError", "ENOENT") and "2" in exc_msg:
+    elif exc_type == "OSError" and ("ENOENT" in exc_msg or "Errno 2]" in exc_msg):
         hint = "no such file on the board: check the path (/flash/..., /sd/...)"
     return ReplError(f"the board raised {last}{where}", hint, **kw)

@@ -180,14 +180,13 @@ class MaixPyRepl:
         marker: bytes,
         timeout: float | None = None,
         what: str = "",
-        on_data: Callable[[bytes], None] | None = None,
         total: float | None = None,
     ) -> bytes:
         """Bytes up to (not including) ``marker``; the marker is consumed.
 
         Raises :class:`NoResponseError` after ``timeout`` seconds without new bytes, or
         once about ``total`` seconds passed (a board that keeps printing something
-        else, like a looping ``boot.py``). ``on_data`` sees the bytes as they arrive.
+        else, like a looping ``boot.py``).
         """
         limit = self.timeout if timeout is None else timeout
         idle = spent = 0.0
@@ -211,8 +210,6 @@ class MaixPyRepl:
             if data:
                 idle = 0.0
                 self._rx += data
-                if on_data:
-                    on_data(data)
             else:
                 idle += step
 
@@ -362,7 +359,8 @@ class MaixPyRepl:
         data = encode_code(code)
         if not self.in_raw:
             self.enter_raw()
-        leftover = self.drain(quiet=0.0, limit=0.0)
+        leftover = bytes(self._rx)  # unsolicited output since the last prompt
+        self._rx.clear()
         if leftover.strip(b">\r\n"):
             self.boot_log += leftover
         self.send_code(data)

@@ -45,7 +45,7 @@ from .periph import (
     RegisterFile,
     Sysctl,
 )
-from .spi3 import Spi3
+from .spi3 import NoDevice, Spi3
 from .uarts import DwUart, Uarths
 
 MSTATUS_MIE, MSTATUS_MPIE, MSTATUS_MPP = 0x8, 0x80, 0x1800
@@ -71,8 +71,6 @@ _PLAIN = (
     (0x5042_0000, 0x1000, "otp"),
     (0x5043_0000, 0x1000, "dvp"),
     (0x5046_0000, 0x1000, "rtc"),
-    (0x5200_0000, 0x1000, "spi0"),
-    (0x5300_0000, 0x1000, "spi1"),
 )
 _IRQ = {"uart1": 11, "uart2": 12, "uart3": 13, "uarths": 33}
 
@@ -111,6 +109,9 @@ class Core:
             board.flash, self._time, self.sysctl.spi3_hz, self._add_stall, self._skip_until
         )
         self.sysctl.peri_reset_hooks[9] = self.spi3.reset
+        for base, name in ((0x5200_0000, "spi0"), (0x5300_0000, "spi1")):
+            bus = Spi3(NoDevice(), self._time, self.sysctl.spi3_hz, self._add_stall, self._skip_until, name)
+            self._mmio(base, bus)
         for name, uart in self.uarts.items():
             self.plic.sources[_IRQ[name]] = uart.irq
         self.sha = ShaEngine()

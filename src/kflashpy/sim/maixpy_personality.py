@@ -123,7 +123,12 @@ def parse_options(raw: dict[str, str] | None) -> Options:
                 raise PersonalityOptionError(f"maixpy_boot must be one of {sorted(BOOT_SCRIPTS)}")
             opts.boot = value
         elif name == "rx_us":
-            opts.rx_cost = float(value) * 1e-6
+            try:
+                opts.rx_cost = float(value) * 1e-6
+            except ValueError:
+                opts.rx_cost = 0.0
+            if not opts.rx_cost > 0:
+                raise PersonalityOptionError(f"maixpy_rx_us must be a number > 0, not {value!r}")
         elif name == "v4":
             opts.v4 = value not in ("0", "false", "no")
         else:

@@ -26,10 +26,28 @@ BUSY_POLLS_BEFORE_SKIP = 3
 _LINES = {1: 2, 2: 4, 3: 8}
 
 
-class Spi3:
-    """The SPI3 controller with the flash on CS0."""
+class NoDevice:
+    """An SPI bus with nothing on it: MISO floats high, commands go nowhere."""
 
-    name = "spi3"
+    busy_until = 0.0
+
+    def select(self, now: float) -> None:
+        pass
+
+    def deselect(self, now: float) -> None:
+        pass
+
+    def exchange(self, tx: bytes, now: float) -> bytes:
+        return b"\xff" * len(tx)
+
+    def enhanced(self, inst, addr, addr_bits, wait, tx, rx_len, lines, now):  # type: ignore[no-untyped-def]
+        return b"\xff" * rx_len
+
+
+class Spi3:
+    """A DW SSI master. SPI3 (the flash on CS0) by default; SPI0/SPI1 use another
+    CTRLR0 layout (``layout="spi01"``) and, on the boards modelled, have nothing attached."""
+
     size = 0x1000
 
     def __init__(
@@ -39,7 +57,11 @@ class Spi3:
         sclk_source: Callable[[], float],
         stall: Callable[[float], None],
         skip_to: Callable[[float], None],
+        name: str = "spi3",
     ) -> None:
+        self.name = name
+        # (DFS shift, DFS mask, TMOD shift, FRF shift) of CTRLR0
+        self._layout = (0, 0x1F, 10, 22) if name == "spi3" else (16, 0x1F, 8, 21)
         self.flash = flash
         self._now = now
         self._src = sclk_source
@@ -67,7 +89,13 @@ class Spi3:
         return self._reg(CTRLR0)
 
     def _frame_bytes(self) -> int:
-        return ((self._ctrlr0 & 0x1F) + 1 + 7) // 8
+        return ((self._ctrlr0 >> self._layout[0] & 0x1F) + 1 + 7) // 8
+
+    def _tmod(self) -> int:
+        return self._ctrlr0 >> self._layout[2] & 3
+
+    def _frf(self) -> int:
+        return self._ctrlr0 >> self._layout[3] & 3
 
     def _charge(self, nbytes: int) -> None:
         baudr = self._reg(BAUDR) & 0xFFFE or 2
@@ -91,7 +119,7 @@ class Spi3:
             self._fill()
             return 0x06 | (0x08 if self.rxq else 0)
         if offset == TXFLR:
-            return 0
+            return 0 if self.selected else min(FIFO_DEPTH, len(self.txq))
         return int.from_bytes(self.regs[offset : offset + size], "little")
 
     def write(self, offset: int, size: int, value: int) -> None:
@@ -121,18 +149,17 @@ class Spi3:
             return
         self.selected = True
         self.transactions += 1
-        ctrlr0 = self._ctrlr0
-        self.enh = bool(ctrlr0 >> 22 & 3)
+        self.enh = bool(self._frf())
         self._first = -1
         if self.enh:
-            if ctrlr0 >> 10 & 3 == TMOD_RX:
+            if self._tmod() == TMOD_RX:
                 self.rx_left = self._reg(CTRLR1) + 1
             return
         self.flash.select(self._now())
         pending, self.txq = self.txq, []
         for frame in pending:
             self._push(frame)
-        if ctrlr0 >> 10 & 3 in (TMOD_RX, TMOD_EEPROM):
+        if self._tmod() in (TMOD_RX, TMOD_EEPROM):
             self.rx_left = self._reg(CTRLR1) + 1
 
     def _to_bytes(self, frame: int) -> bytes:
@@ -141,15 +168,14 @@ class Spi3:
 
     def _push(self, frame: int) -> None:
         if not self.selected or self.enh:
-            if len(self.txq) < FIFO_DEPTH or self.enh:
-                self.txq.append(frame)
+            self.txq.append(frame)
             return
         data = self._to_bytes(frame)
         if self._first < 0:
             self._first = data[0]
         self._charge(len(data))
         rx = self.flash.exchange(data, self._now())
-        if self._ctrlr0 >> 10 & 3 == TMOD_TXRX:
+        if self._tmod() == TMOD_TXRX:
             self.rxq += rx
 
     def _fill(self) -> None:
@@ -180,7 +206,7 @@ class Spi3:
         inst_bits = (0, 4, 8, 16)[spi >> 8 & 3]
         addr_bits = (spi >> 2 & 0xF) * 4
         wait = spi >> 11 & 0x1F
-        lines = _LINES.get(self._ctrlr0 >> 22 & 3, 1)
+        lines = _LINES.get(self._frf(), 1)
         entries, self.txq = self.txq, []
         inst = entries.pop(0) & 0xFF if inst_bits and entries else None
         addr = entries.pop(0) if addr_bits and entries else 0

@@ -1,0 +1,46 @@
+"""kflash.py 1.1.6 drives kflashpy's flasher (`kflash -l kflashpy_flasher.bin`).
+
+kflash runs unmodified as a subprocess on a pty served by the virtual board (its DTR/RTS
+calls are made no-ops, as in the sim conformance tests): it uploads our flasher to
+0x80000000 at 115200 (the flasher copies itself to its link address), greets it, changes
+the baud rate with D6, initialises the flash with D7, writes 64 KiB D4 frames and reboots
+with D5. The flash must then hold kflash's boot image and the board must boot it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kflashpy.stub import load
+
+pytest.importorskip("kflash")
+pytest.importorskip("kflashpy.sim.core")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from simbench import KFLASH_DIO_FLAG, KFLASH_WRAPPER, boot_image, served_board  # noqa: E402
+
+
+def test_kflash_116_burns_and_reboots_through_our_flasher(tmp_path):
+    firmware = os.urandom(70000)
+    (tmp_path / "fw.bin").write_bytes(firmware)
+    (tmp_path / "flasher.bin").write_bytes(load().flasher.image)
+    (tmp_path / "kflash_pty.py").write_text(KFLASH_WRAPPER)
+    with served_board() as server:
+        proc = subprocess.run(
+            [sys.executable, str(tmp_path / "kflash_pty.py"), "-n", "-p", server.path,
+             "-b", "1500000", "-B", "dan", "-l", str(tmp_path / "flasher.bin"),
+             str(tmp_path / "fw.bin")],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        log = proc.stdout + proc.stderr
+        expected = boot_image(firmware, KFLASH_DIO_FLAG)
+        assert server.board.flash.read(0, len(expected)) == expected, log[-2000:]
+        assert "rebooting" in log
+        assert server.board.stage == "firmware"  # D5 reset the SoC and the ROM booted it
