@@ -308,3 +308,142 @@ def test_round_shift_rules_differ_on_negative_values() -> None:
         got = kpu.round_shift(v, np.full(6, 2), rule)
         assert list(got) == [ref_shift_round(int(a), 2, rule) for a in v]
     assert kpu.round_shift(np.array([-5]), np.array([2]), "nncase")[0] == -3  # quirk kept
+
+
+def _layer_with(
+    rng: random.Random, ic: int, oc: int, hw: tuple[int, int], mul_bits: int = 4, **regs
+):
+    """A 3x3 layer over (ic, *hw) at row 0 -> row 200 with the given register values
+    (BN multipliers below 2**mul_bits, shift 15)."""
+    h, w = hw
+    f = dict(depthwise=0, src=0, dst=200, ic=ic, oc=oc, iw=w, ih=h, ow=w, oh=h, ktype=1,
+             pool=0, pad=rng.randrange(256), shr_w=8, arg_w=rng.randrange(-999, 999),
+             arg_add=rng.randrange(-9999, 9999))  # fmt: skip
+    f.update(regs)
+    weights = bytes(rng.randrange(256) for _ in range(oc * ic * 9 // (ic if f["depthwise"] else 1)))
+    bn = b"".join(
+        struct.pack(
+            "<Q", rng.randrange(1, 16) | ((rng.randrange(512) & 0xFFFFFFFF) << 24) | 15 << 56
+        )
+        for _ in range(oc)
+    )
+    act = act_table(rng, sorted(rng.sample(range(-(1 << 20), 1 << 20), 15)))
+    return f, pack_regs(f), weights, bn, act
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # arg_x a multiple of 2**shr_x: folded into the weights; 360 taps -> chunked BLAS
+        dict(ic=40, oc=2, hw=(4, 4), arg_x=100 << 15, shr_x=15, path=(True, "chunks", "float64")),
+        # folded, one float32 BLAS call (the common case of real models)
+        dict(ic=3, oc=4, hw=(6, 20), arg_x=-130 << 15, shr_x=15, path=(True, "one", "float32")),
+        # folded with a huge offset: even one product passes 2**24, float64 BLAS
+        dict(ic=2, oc=3, hw=(5, 5), arg_x=-(1 << 22) + 5, shr_x=0, path=(True, "f64", "float64")),
+        # not a multiple: input sums and a float64 accumulator
+        dict(ic=8, oc=2, hw=(4, 6), arg_x=(1 << 23) - 77, shr_x=3, path=(False, "one", "float64")),
+        # depthwise, folded
+        dict(
+            ic=3,
+            oc=3,
+            hw=(5, 17),
+            arg_x=-5 << 4,
+            shr_x=4,
+            depthwise=1,
+            path=(True, "one", "float32"),
+        ),
+    ],
+)
+@pytest.mark.parametrize("gather", [True, False])
+def test_conv_arithmetic_paths_match_scalar_reference(
+    case: dict, gather: bool, monkeypatch
+) -> None:
+    """Each exact-arithmetic path of kpu.convolve (folded x offset, chunked / float64
+    BLAS, gathered or sliced im2col) against the scalar reference."""
+    if not gather:
+        monkeypatch.setattr(kpu, "_GATHER_MAX", 0)
+    rng = random.Random(str(case))
+    regs = dict(case)
+    ic, oc, hw, path = regs.pop("ic"), regs.pop("oc"), regs.pop("hw"), regs.pop("path")
+    layer = _layer_with(rng, ic, oc, hw, **regs)
+    f = layer[0]
+    x = np.array([rng.randrange(256) for _ in range(ic * hw[0] * hw[1])], np.uint8)
+    x = x.reshape(1, ic, *hw)
+    ram = bytearray(kpu.KPU_RAM_SIZE)
+    for c in range(ic):
+        for y in range(hw[0]):
+            for xx in range(hw[1]):
+                ram[ref_address(c, y, xx, *hw)] = x[0, c, y, xx]
+    ref_layer(ram, *layer[1:], kpu.TieRules())
+    expect = np.array(
+        [ram[200 * 64 + ref_address(c, y, xx, *hw)] for c in range(f["oc"]) for y in range(hw[0])
+         for xx in range(hw[1])], np.uint8
+    ).reshape(1, f["oc"], *hw)  # fmt: skip
+    model = load(build_v3([layer], int(expect.size)))
+    conv = next(iter(model._convs.values()))
+    taps = conv.weights[0].size
+    chunking = "f64" if conv.chunk == 0 else "chunks" if conv.chunk < taps else "one"
+    assert (conv.x_fold is not None, chunking, conv.acc_dtype.__name__) == path
+    (got,) = model.run([x])
+    np.testing.assert_array_equal(got.reshape(expect.shape), expect)
+
+
+def monotone_act(rng: random.Random, starts: list[int], shift: int) -> bytes:
+    """A non-decreasing activation: each piece starts at or above where the previous
+    one ended (its bias is the previous end + 1), slopes m / 2**shift with 0 <= m < 8."""
+    muls = [0] + [rng.randrange(0, 8) for _ in starts]
+    bias, points = [0], [-(1 << 35), *starts]
+    for i in range(1, 16):
+        end = ((points[i] - points[i - 1]) * muls[i - 1]) >> shift if i > 1 else 0
+        bias.append(min(255, bias[-1] + end + 1))
+    words = [
+        shift | ((m & 0xFFFF) << 8) | ((s & ((1 << 36) - 1)) << 24)
+        for s, m in zip(points, muls, strict=True)
+    ]
+    return struct.pack("<16Q", *words) + bytes(bias)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("rules", [kpu.TieRules(), kpu.TieRules(">=", "sdk")])
+def test_monotone_activation_fast_paths_match_scalar_reference(seed: int, rules) -> None:
+    """The fused paths (step lookup, max pooling before BN, AffineLookup) on monotone
+    activations whose segment starts sit on BN values that occur (ties)."""
+    rng = random.Random(seed)
+    ic, hw = rng.randrange(1, 5), (rng.choice([4, 6, 8]), rng.choice([8, 16, 20, 40]))
+    pool_type = [0, 1, 5, 9, 2, 6, 0, 3][seed]
+    # odd seeds: BN values spread over more than 2**16 (coarse bins wider than 1 value,
+    # so the lookup's comparison steps decide ties)
+    layer = _layer_with(rng, ic, rng.randrange(1, 5), hw, 13 if seed % 2 else 4, pool=pool_type,
+                        arg_x=-rng.randrange(200) << 15, shr_x=15)  # fmt: skip
+    f, regs, weights, bn, _act = layer
+    _, stride = kpu.POOL_GEOMETRY[pool_type]
+    f["oh"], f["ow"] = hw[0] // stride, hw[1] // stride
+    regs = pack_regs(f)
+    x = np.array([rng.randrange(256) for _ in range(ic * hw[0] * hw[1])], np.uint8)
+    x = x.reshape(1, ic, *hw)
+    ram = bytearray(kpu.KPU_RAM_SIZE)
+    for c in range(ic):
+        for y in range(hw[0]):
+            for xx in range(hw[1]):
+                ram[ref_address(c, y, xx, *hw)] = x[0, c, y, xx]
+    seen: list[int] = []
+    ref_layer(bytearray(ram), regs, weights, bn, _act, rules, seen)
+    act = monotone_act(rng, sorted(rng.sample(sorted(set(seen)), 15)), 12 if seed % 2 else 1)
+    layer = (f, regs, weights, bn, act)
+    ref_layer(ram, regs, weights, bn, act, rules)
+    oh, ow = f["oh"], f["ow"]
+    expect = np.array(
+        [ram[200 * 64 + ref_address(c, y, xx, oh, ow)] for c in range(f["oc"]) for y in range(oh)
+         for xx in range(ow)], np.uint8
+    ).reshape(1, f["oc"], oh, ow)  # fmt: skip
+    model = load(build_v3([layer], int(expect.size)))
+    conv = next(iter(model._convs.values()))
+    look, affine = kpu.step_lookup(conv, rules), kpu.affine_lookup(conv, rules)
+    assert look is not None  # a fused path is the one tested: AffineLookup, or the
+    if look.steps is None:  # binary search when thresholds cluster (then no affine)
+        assert affine is None
+    else:
+        assert affine is not None and (affine.steps > 0) == bool(seed % 2)
+    (got,) = model.run([x], segment=rules.segment, rounding=rules.rounding)
+    np.testing.assert_array_equal(got.reshape(expect.shape), expect)
+    assert len(set(got.reshape(-1).tolist())) > 2  # not a saturated, trivial output

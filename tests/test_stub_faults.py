@@ -29,7 +29,7 @@ SIM = "sim://?board=maix-bit"
     ],
 )
 def test_faults_are_recovered_and_the_result_verified(faults):
-    payload = os.urandom(48 * 1024) + bytes(16 * 1024)
+    payload = os.urandom(24 * 1024) + bytes(8 * 1024)
     with kflashpy.connect(f"{SIM}&{faults}", board="maix-bit", stub="kflashpy") as dev:
         board = dev.port.sim_board
         result = burn_on(dev, [WriteRegion(0x3F0000, payload, "p")], reboot=False)

@@ -64,9 +64,11 @@ def _describe(info: ContentInfo) -> list[tuple[str, str]]:
     if info.kmodel is not None:
         k = info.kmodel
         use = "kpu.load_flash" if k.swapped else "kpu.load"
-        rows.append(
-            ("loads with", use if not k.opaque else "kpu.load(path) on the keyed board only")
-        )
+        if k.opaque:
+            use = "kpu.load(path) on the keyed board only"
+        elif k.version > 5:
+            use = f"nothing on a K210 (V{k.version} is a later nncase format)"
+        rows.append(("loads with", use))
     rows.append(("flash footprint", f"{fmt_size(align_up(written, SECTOR))} (whole 4 KiB sectors)"))
     return rows
 
@@ -98,6 +100,16 @@ def image_info_cmd(s: Session, files: tuple[str, ...]) -> None:
     s.result = {"files": results}
 
 
+#: content kinds the ROM cannot run, and what to do instead of wrapping them
+_NOT_FIRMWARE = {
+    "kmodel": "kmodels are burned raw at their own address (kflashpy burn ADDR model.kmodel)",
+    "kfpkg": "a package is burned as it is (kflashpy burn app.kfpkg)",
+    "zip": "unzip it and wrap the firmware .bin inside",
+    "elf": "the ROM runs a flat binary: riscv64-unknown-elf-objcopy -O binary app.elf app.bin",
+    "erased": "the file is all 0xFF bytes; give the firmware .bin your build produced",
+}
+
+
 @click.command("wrap")
 @click.argument("firmware", type=click.Path(dir_okay=False))
 @click.option(
@@ -120,10 +132,17 @@ def wrap_cmd(s: Session, firmware, output, io_mode, key_file, key_env, key_hex) 
     """
     key = load_key(hex_text=key_hex, file=key_file, env=key_env)
     data = _read(firmware)
-    if image_info(data).kind == "boot-image":
+    if not data:
+        raise InputError(
+            f"{firmware} is empty (0 bytes)", "give the firmware .bin your build produced"
+        )
+    info = image_info(data)
+    if info.kind == "boot-image":
         raise InputError(
             f"{firmware} is already a boot image", "wrapping it twice makes it unbootable"
         )
+    if info.kind in _NOT_FIRMWARE:
+        raise InputError(f"{firmware}: {info.label}, not a firmware .bin", _NOT_FIRMWARE[info.kind])
     image = wrap_boot_image(data, key=key, dio=io_mode == "dio")
     write_atomic(output, image)
     if key is not None:
@@ -154,7 +173,10 @@ def unwrap_cmd(s: Session, image, output, no_check, key_file, key_env, key_hex) 
     payload = unwrap_boot_image(data, key=key, name=image, check_sha=not no_check)
     write_atomic(output, payload)
     if parsed.aes:
-        s.warn("decrypted size includes the zero padding to 16-byte blocks")
+        s.warn(
+            "decrypted with the key given: a wrong key cannot be detected (the firmware would "
+            "be garbage); the size includes the zero padding to 16-byte blocks"
+        )
     s.out(f"{output}: {fmt_size(len(payload))} firmware")
     s.result = {
         "output": output,

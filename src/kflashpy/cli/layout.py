@@ -66,7 +66,10 @@ def build_items(
     """Items from specs, with the per-address options applied."""
     both = set(prefix_at) & set(raw_at) or set(kpu_load) & set(load_flash)
     if both:
-        raise InputError(f"contradicting options for address {fmt_addr(min(both))}")
+        raise InputError(
+            f"contradicting options for address {fmt_addr(min(both))}",
+            "give --prefix-at or --raw-at, --kpu-load or --load-flash, not both for one address",
+        )
     items: list[FlashItem] = []
     for spec in specs:
         if isinstance(spec, tuple):
@@ -83,10 +86,19 @@ def build_items(
         elif item.address in load_flash:
             item.loader = "load_flash"
     known = {it.address for it in items}
-    for opt, addrs in (("--kpu-load", kpu_load), ("--load-flash", load_flash)):
+    for opt, addrs in (
+        ("--prefix-at", prefix_at),
+        ("--raw-at", raw_at),
+        ("--kpu-load", kpu_load),
+        ("--load-flash", load_flash),
+    ):
         for a in addrs:
             if a not in known:
-                raise InputError(f"{opt} {fmt_addr(a)}: no file at that address")
+                raise InputError(
+                    f"{opt} {fmt_addr(a)}: no file at that address",
+                    "give the address of one of the ADDR FILE pairs: "
+                    + ", ".join(fmt_addr(k) for k in sorted(known)),
+                )
     return items
 
 
@@ -124,6 +136,8 @@ def render_plan(s: Session, plan: FlashPlan) -> None:
                 )
             )
     s.table(("range", "size", "footprint", "file", "content", "status"), rows)
+    # warnings also go into the --json envelope's "warnings" (errors become its "error")
+    s.warnings += [f.message for f in plan.findings if f.severity == "warning"]
     for f in plan.findings:
         colour = {"error": "red", "warning": "yellow", "info": "green"}[f.severity]
         s.out(s.style(f"{f.severity}:", fg=colour) + f" {f.message}")
@@ -188,6 +202,7 @@ def plan_options(f):
 @click.option(
     "--min-headroom",
     type=ADDRESS,
+    metavar="SIZE",
     default=DEFAULT_MIN_HEADROOM,
     show_default=True,
     help="Warn when the firmware can grow less than this.",

@@ -117,7 +117,7 @@ def info_cmd(s: Session, file: str) -> None:
               help="Flash address you will burn it at (for the printed MaixPy call).")  # fmt: skip
 @click.option("--spi-speed", type=int, default=60_000_000, show_default=True,
               help="SPI clock in Hz for the printed call (at most 80 MHz).")  # fmt: skip
-@click.option("--firmware", "firmware_name", default="maixpy", show_default=True,
+@click.option("--firmware", "firmware_name", metavar="LAYOUT", default="maixpy", show_default=True,
               help="Firmware layout whose typical free heap decides single/dual buffer.")  # fmt: skip
 @click.pass_obj
 def prep_flash_cmd(
@@ -130,23 +130,40 @@ def prep_flash_cmd(
     is already swapped (unless --force; --unswap gives the plain file back).
     Burn the output raw (no sha256 prefix) and load it with the printed call.
     """
-    from ..image.layouts import get_firmware
+    from ..image.layouts import DEFAULT_FLASH_SIZE, get_firmware
     from ..model.prep import MAX_SPI_SPEED, prep_flash
 
     if not 0 < spi_speed <= MAX_SPI_SPEED:
-        raise UsageError(f"--spi-speed {spi_speed}: must be 1..{MAX_SPI_SPEED} Hz")
+        raise UsageError(
+            f"--spi-speed {spi_speed}: must be 1..{MAX_SPI_SPEED} Hz",
+            "MaixPy's default is 60000000 (60 MHz)",
+        )
     if address <= 0:
-        raise UsageError("--address must be > 0 (kpu.load_flash refuses address 0)")
+        raise UsageError(
+            "--address must be > 0 (kpu.load_flash refuses address 0)",
+            "address 0 holds the firmware; give where you burn the model, e.g. 0x600000",
+        )
+    fw = get_firmware(firmware_name)  # before writing: a failed command writes nothing
     prep = prep_flash(_read(input_file), input_file, unswap_input=unswap, force=force)
+    if prep.direction != "unswap" and address + len(prep.data) > DEFAULT_FLASH_SIZE:
+        raise UsageError(
+            f"--address 0x{address:x}: the {len(prep.data):,}-byte model would end at "
+            f"0x{address + len(prep.data):x}, past the 16 MiB flash of K210 boards",
+            f"give an address at or below 0x{(DEFAULT_FLASH_SIZE - len(prep.data)) & ~0xFFF:x}",
+        )
     write_atomic(output, prep.data)
     for w in prep.warnings:
         s.warn(w)
+    if address % 4096 and prep.direction != "unswap":
+        s.warn(
+            f"0x{address:x} is not 4 KiB aligned: burning there shares an erase sector with the "
+            f"data before it (kflash_gui and kflash.py refuse it); use 0x{address & ~0xFFF:x}"
+        )
     result: dict[str, Any] = {"input": input_file, "output": output, **prep.to_dict()}
     if prep.direction == "unswap":
         s.result = result
         s.out(f"wrote {output}: plain kmodel V{prep.version} ({fmt_size(len(prep.data))})")
         return
-    fw = get_firmware(firmware_name)
     heap = fw.typical_free_heap
     dual = heap is None or prep.ram["load_flash_dual"] <= heap
     call = prep.call(address, dual, spi_speed)

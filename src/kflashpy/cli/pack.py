@@ -11,6 +11,10 @@ from .layout import build_items, exact_size, parse_specs, plan_options, render_p
 from .session import Session
 
 
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
 @click.command("pack")
 @click.argument("pairs", nargs=-1, required=True, metavar="ADDR FILE [ADDR FILE]...")
 @click.option(
@@ -44,7 +48,7 @@ def pack_cmd(
     plan = pack(output, items, board=board_name or s.board, layout=layout, force=force)
     s.result = {"output": output, "plan": plan.to_dict()}
     render_plan(s, plan)
-    s.out(f"wrote {output} ({len(plan.writes)} files)")
+    s.out(f"wrote {output} ({_files(len(plan.writes))})")
 
 
 @click.command("unpack")
@@ -64,7 +68,9 @@ def unpack_cmd(s: Session, package, outdir, force) -> None:
     pkg = unpack(package, outdir, force=force)
     for w in pkg.warnings:
         s.warn(w)
-    s.out(f"extracted {len({e.name for e in pkg.entries})} files and flash-list.json into {outdir}")
+    s.out(
+        f"extracted {_files(len({e.name for e in pkg.entries}))} and flash-list.json into {outdir}"
+    )
     s.result = {"directory": outdir, "package": pkg.to_dict()}
 
 
@@ -77,7 +83,7 @@ def info_cmd(s: Session, package) -> None:
     for w in pkg.warnings:
         s.warn(w)
     version = "(none)" if pkg.version is None else repr(pkg.version)
-    s.out(f"{package}: version {version}, {len(pkg.entries)} files")
+    s.out(f"{package}: version {version}, {_files(len(pkg.entries))}")
     s.table(
         ("address", "size", "sha256Prefix", "file", "notes"),
         [

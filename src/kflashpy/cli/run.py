@@ -23,6 +23,17 @@ def _save_npy(path: Path, arr: np.ndarray) -> Path:
     return write_atomic(path, buf.getvalue())
 
 
+def _mkdir(path: Path, option: str) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(
+            f"{option} {path}: cannot create the directory: {e.strerror or e}",
+            "give a directory you can write to",
+        ) from None
+    return path
+
+
 def _class_names(spec: str | None, count: int) -> list[str]:
     from ..runtime.yolo import VOC_CLASSES
 
@@ -62,6 +73,7 @@ def _summary(arr: np.ndarray, top: int) -> dict[str, Any]:
     "-i",
     "--input",
     "inputs",
+    metavar="FILE",
     multiple=True,
     required=True,
     help="Image (BMP/PNG/JPEG) or tensor (.npy/.bin), one per model input.",
@@ -76,7 +88,11 @@ def _summary(arr: np.ndarray, top: int) -> dict[str, Any]:
 )
 @click.option("--no-save", is_flag=True, help="Do not write .npy files.")
 @click.option(
-    "--top", type=int, default=5, show_default=True, help="Top-k shown for classifier outputs."
+    "--top",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Top-k shown for classifier outputs (0: none).",
 )
 @click.option(
     "--resize", is_flag=True, help="Scale images to the model input size (never implicit)."
@@ -95,10 +111,18 @@ def _summary(arr: np.ndarray, top: int) -> dict[str, Any]:
 )
 @click.option("--classes", metavar="voc|FILE", help="Class names for --yolo2 (default: VOC).")
 @click.option(
-    "--threshold", type=float, default=0.5, show_default=True, help="--yolo2 score threshold."
+    "--threshold",
+    type=click.FloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="--yolo2 score threshold (0..1).",
 )
 @click.option(
-    "--nms", type=float, default=0.2, show_default=True, help="--yolo2 NMS IoU threshold."
+    "--nms",
+    type=click.FloatRange(0, 1),
+    default=0.2,
+    show_default=True,
+    help="--yolo2 NMS IoU threshold (0..1).",
 )
 @click.option(
     "--layers",
@@ -156,12 +180,11 @@ def run_cmd(s: Session, model_path, inputs, out_dir, no_save, top, resize, rgb88
     for spec, arr in zip(model.outputs, outs, strict=True):
         entry = {"name": spec.name, **_summary(arr, top)}
         if not no_save:
-            out_path.mkdir(parents=True, exist_ok=True)
+            _mkdir(out_path, "--out-dir")
             entry["file"] = str(_save_npy(out_path / f"{stem}.{spec.name}.npy", arr))
         result["outputs"].append(entry)
     if layers_dir:
-        d = Path(layers_dir)
-        d.mkdir(parents=True, exist_ok=True)
+        d = _mkdir(Path(layers_dir), "--layers")
         result["layers"] = [
             str(
                 _save_npy(
@@ -190,7 +213,7 @@ def run_cmd(s: Session, model_path, inputs, out_dir, no_save, top, resize, rgb88
         if image.suffix.lower() in (".npy", ".bin", ".raw"):
             s.warn("--yolo2: the input is a tensor, not an image; no boxes drawn")
         else:
-            out_path.mkdir(parents=True, exist_ok=True)
+            _mkdir(out_path, "--out-dir")
             png = yolo.draw_boxes(image, boxes, names, out_path / f"{image.stem}.boxes.png")
             result["boxes_image"] = str(png)
     s.result = result

@@ -97,7 +97,10 @@ def wrap_boot_image(payload: bytes, *, key: bytes | None = None, dio: bool = Tru
         flag |= FLAG_AES
         body = _aes_cbc(key, body + bytes(aes_padded_size(len(body)) - len(body)), True)
     if len(body) > 0xFFFFFFFF:
-        raise FormatError(f"firmware of {len(body)} bytes does not fit the u32 length field")
+        raise FormatError(
+            f"firmware of {len(body)} bytes does not fit the u32 length field",
+            "a K210 firmware is a few MiB at most; check the input file",
+        )
     head = struct.pack("<BI", flag, len(body)) + body
     return head + hashlib.sha256(head).digest()
 

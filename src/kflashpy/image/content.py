@@ -99,7 +99,8 @@ def _zip_kind(data: bytes) -> tuple[str, str]:
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
         return "data", "data (damaged zip)"
     if "flash-list.json" in names:
-        return "kfpkg", f"kfpkg package ({len(names) - 1} files besides flash-list.json)"
+        n = len(names) - 1
+        return "kfpkg", f"kfpkg package ({n} file{'' if n == 1 else 's'} besides flash-list.json)"
     return "zip", f"zip archive ({len(names)} members, no flash-list.json at its root)"
 
 

@@ -38,12 +38,12 @@ def write_atomic(
     except OSError as e:
         raise InputError(f"{out}: cannot write: {e.strerror or e}", "check the directory") from None
     try:
-        os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
         with os.fdopen(fd, "wb") as f:
             if isinstance(content, bytes | bytearray):
                 f.write(content)
             else:
                 content(f)
+        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
         os.replace(tmp, out)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)

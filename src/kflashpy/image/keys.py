@@ -13,11 +13,18 @@ from pathlib import Path
 
 from ..errors import KeyMaterialError, UsageError
 
-__all__ = ["DEFAULT_KEY_ENV", "KEY_SIZE", "load_key", "parse_key_text"]
+__all__ = ["DEFAULT_KEY_ENV", "KEY_SIZE", "is_hex_text", "load_key", "parse_key_text"]
 
 KEY_SIZE = 16
 DEFAULT_KEY_ENV = "KFLASHPY_AES_KEY"
 _HEX = re.compile(r"^(?:0x)?([0-9a-fA-F]+)$")
+
+
+def is_hex_text(raw: bytes) -> bool:
+    """True when ``raw`` is only hex digits: a key file of that kind is hex text even
+    when its length equals the raw key size (a 128-bit hex key passed where a 256-bit
+    raw key is expected must be refused, not used as 32 ASCII bytes)."""
+    return bool(raw) and raw.strip(b"0123456789abcdefABCDEF") == b""
 
 
 def parse_key_text(text: str, source: str, size: int = KEY_SIZE, what: str = "AES key") -> bytes:
@@ -61,7 +68,7 @@ def load_key(
                 f"{what} file {file}: cannot read: {e.strerror or e}",
                 "check the path and permissions",
             ) from e
-        if len(raw) == size:
+        if len(raw) == size and not is_hex_text(raw):
             return raw
         try:
             return parse_key_text(raw.decode("ascii"), f"file {file}", size, what)

@@ -152,15 +152,20 @@ def check_member_name(name: str, where: str) -> str:
     return "/".join(parts)
 
 
+_ADDRESS_HINT = 'write the flash address as a number (3145728) or a string ("0x300000")'
+_MANIFEST_HINT = 'flash-list.json must be {"version": "0.1.0", "files": [...]}'
+_ENTRY_HINT = 'each file is {"address": 3145728, "bin": "model.kmodel", "sha256Prefix": false}'
+
+
 def _address(raw: Any, where: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int | str):
-        raise FormatError(f"{where}: address {raw!r} is not a number")
+        raise FormatError(f"{where}: address {raw!r} is not a number", _ADDRESS_HINT)
     try:
         value = parse_int(raw, f"{where}: address")
     except InputError as e:
-        raise FormatError(e.message, e.hint) from None
+        raise FormatError(e.message, e.hint or _ADDRESS_HINT) from None
     if value > 0xFFFFFFFF:
-        raise FormatError(f"{where}: address {raw!r} is beyond 32 bits")
+        raise FormatError(f"{where}: address {raw!r} is beyond 32 bits", _ADDRESS_HINT)
     return value
 
 
@@ -170,7 +175,9 @@ def _flag(f: dict[str, Any], keys: tuple[str, ...], where: str, required: bool) 
         if k.lower() in lowered:
             v = lowered[k.lower()]
             if not isinstance(v, bool):
-                raise FormatError(f"{where}: {k} must be true or false, got {v!r}")
+                raise FormatError(
+                    f"{where}: {k} must be true or false, got {v!r}", "write true or false"
+                )
             return v
     if required:
         raise FormatError(
@@ -196,18 +203,18 @@ def parse_manifest(text: str, origin: str = MANIFEST) -> tuple[str | None, list[
         except json.JSONDecodeError as e:
             raise FormatError(
                 f"{origin}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}",
-                'flash-list.json must be {"version": "0.1.0", "files": [...]}',
+                _MANIFEST_HINT,
             ) from None
         except RecursionError:
-            raise FormatError(f"{origin}: JSON nested too deeply") from None
+            raise FormatError(f"{origin}: JSON nested too deeply", _MANIFEST_HINT) from None
         if fixed != text:
             warnings.append(f"{origin}: hex address literals (not valid JSON; accepted)")
     except RecursionError:
-        raise FormatError(f"{origin}: JSON nested too deeply") from None
+        raise FormatError(f"{origin}: JSON nested too deeply", _MANIFEST_HINT) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise FormatError(
             f'{origin}: no "files" list at the top level',
-            'flash-list.json must be {"version": "0.1.0", "files": [...]}',
+            _MANIFEST_HINT,
         )
     version = doc.get("version")
     if version is None and "" in doc:
@@ -221,12 +228,12 @@ def parse_manifest(text: str, origin: str = MANIFEST) -> tuple[str | None, list[
     for i, f in enumerate(doc["files"]):
         where = f"{origin} files[{i}]"
         if not isinstance(f, dict):
-            raise FormatError(f"{where}: expected an object, got {type(f).__name__}")
+            raise FormatError(f"{where}: expected an object, got {type(f).__name__}", _ENTRY_HINT)
         if "address" not in f:
-            raise FormatError(f"{where}: no address")
+            raise FormatError(f"{where}: no address", _ENTRY_HINT)
         name = f.get("bin")
         if not isinstance(name, str) or not name:
-            raise FormatError(f'{where}: "bin" must be a file name')
+            raise FormatError(f'{where}: "bin" must be a file name', _ENTRY_HINT)
         files.append(
             {
                 "address": _address(f["address"], where),
@@ -244,7 +251,9 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, where: 
         with zf.open(info) as f:
             data = f.read(limit + 1)
     except _ZIP_ERRORS as e:
-        raise FormatError(f"{where}: damaged member {info.filename!r}: {e}") from None
+        raise FormatError(
+            f"{where}: damaged member {info.filename!r}: {e}", "the archive is damaged; repack it"
+        ) from None
     except NotImplementedError as e:
         raise FormatError(
             f"{where}: member {info.filename!r} uses an unsupported compression ({e})",
@@ -260,11 +269,16 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, where: 
 
 def _check_sizes(infos: list[zipfile.ZipInfo], limits: KfpkgLimits, where: str) -> None:
     if len(infos) > limits.max_members:
-        raise FormatError(f"{where}: {len(infos)} members (limit {limits.max_members})")
+        raise FormatError(
+            f"{where}: {len(infos)} members (limit {limits.max_members})",
+            "a kfpkg holds a few files; the archive may be hostile",
+        )
     total = 0
     for info in infos:
         if info.flag_bits & 0x1:
-            raise FormatError(f"{where}: member {info.filename!r} is encrypted")
+            raise FormatError(
+                f"{where}: member {info.filename!r} is encrypted", "repack it without a password"
+            )
         if info.file_size > limits.max_entry:
             raise FormatError(
                 f"{where}: member {info.filename!r} inflates to {info.file_size} bytes "
@@ -280,7 +294,10 @@ def _check_sizes(infos: list[zipfile.ZipInfo], limits: KfpkgLimits, where: str) 
             )
         total += info.file_size
     if total > limits.max_total:
-        raise FormatError(f"{where}: members inflate to {total} bytes (limit {limits.max_total})")
+        raise FormatError(
+            f"{where}: members inflate to {total} bytes (limit {limits.max_total})",
+            "no K210 flash is that large; the archive may be a zip bomb",
+        )
 
 
 def read_kfpkg(source: str | os.PathLike[str] | bytes, limits: KfpkgLimits | None = None) -> Kfpkg:
@@ -290,7 +307,9 @@ def read_kfpkg(source: str | os.PathLike[str] | bytes, limits: KfpkgLimits | Non
     try:
         zf = zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source)
     except FileNotFoundError:
-        raise InputError(f"{where}: no such file") from None
+        raise InputError(f"{where}: no such file", "check the path") from None
+    except (IsADirectoryError, NotADirectoryError, PermissionError) as e:
+        raise InputError(f"{where}: cannot read: {e.strerror or e}", "check the path") from None
     except (*_ZIP_ERRORS, NotImplementedError) as e:
         raise FormatError(
             f"{where}: not a readable zip archive ({e})", "a .kfpkg is a zip with flash-list.json"
@@ -318,7 +337,9 @@ def read_kfpkg(source: str | os.PathLike[str] | bytes, limits: KfpkgLimits | Non
         try:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
-            raise FormatError(f"{where}: {MANIFEST} is not UTF-8 text") from None
+            raise FormatError(
+                f"{where}: {MANIFEST} is not UTF-8 text", "save flash-list.json as UTF-8"
+            ) from None
         version, files, warnings = parse_manifest(text, f"{where}: {MANIFEST}")
         missing = [f["bin"] for f in files if f["bin"] not in by_name]
         if missing:
@@ -375,6 +396,11 @@ def write_kfpkg(path: str | os.PathLike[str], entries: Iterable[KfpkgEntry]) -> 
                 f"pack: {e.name!r} cannot be a member name (flat names only, not {MANIFEST})",
                 "rename the file",
             )
+        if not 0 <= e.address <= 0xFFFFFFFF:  # not even --force can make this readable
+            raise InputError(
+                f"pack: {e.name} at 0x{e.address:X}: the address does not fit in 32 bits",
+                "K210 flash addresses are below 0x1000000 (16 MiB); check the address",
+            )
         if stored.setdefault(name, e.data) != e.data:
             raise InputError(
                 f"pack: two different files are both named {name!r}",
@@ -404,7 +430,10 @@ def unpack_kfpkg(pkg: Kfpkg, outdir: str | os.PathLike[str], *, force: bool = Fa
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise InputError(f"{root}: cannot create the output directory: {e.strerror or e}") from None
+        raise InputError(
+            f"{root}: cannot create the output directory: {e.strerror or e}",
+            "check the path and the permissions",
+        ) from None
     base = root.resolve()
     files = {MANIFEST: pkg.manifest_text.encode("utf-8")}
     files.update({e.name: e.data for e in pkg.entries})
@@ -412,7 +441,10 @@ def unpack_kfpkg(pkg: Kfpkg, outdir: str | os.PathLike[str], *, force: bool = Fa
     for name in files:
         target = (base / name).resolve()
         if base not in target.parents:
-            raise FormatError(f"{pkg.path}: {name!r} would be written outside {root}")
+            raise FormatError(
+                f"{pkg.path}: {name!r} would be written outside {root}",
+                "the package may be hostile; do not use it",
+            )
         if target.exists() and not force:
             raise InputError(f"{target}: already exists", "use --force to overwrite")
         targets.append((target, files[name]))
@@ -421,6 +453,9 @@ def unpack_kfpkg(pkg: Kfpkg, outdir: str | os.PathLike[str], *, force: bool = Fa
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise InputError(f"{target.parent}: cannot create: {e.strerror or e}") from None
+            raise InputError(
+                f"{target.parent}: cannot create: {e.strerror or e}",
+                "check the path and the permissions",
+            ) from None
         written.append(write_atomic(target, data))
     return written

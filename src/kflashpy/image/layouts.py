@@ -330,7 +330,9 @@ def load_firmware_file(path: str | Path) -> dict[str, Firmware]:
     try:
         doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+        raise InputError(
+            f"{path}: cannot read: {e.strerror or e}", "check the path of the --layout file"
+        ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise FormatError(
             f"{path}: not valid TOML: {e}", "see firmware_layouts/SCHEMA.md"

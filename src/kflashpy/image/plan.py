@@ -23,6 +23,8 @@ Findings (``Finding.code``), error unless noted:
 * ``kmodel-version``: the layout's firmware cannot load this kmodel version;
 * ``kmodel-loader``: a word-swapped model declared for ``kpu.load``, or a plain one
   declared for ``kpu.load_flash`` (or load_flash on a firmware without it);
+* ``kmodel-damaged`` (warning): a V3/V4/V5 kmodel whose tables do not parse (truncated
+  download, damaged export);
 * ``kmodel-prefixed``: a model wrapped as firmware (it would be shifted by 5 bytes);
 * ``double-wrap``: an already wrapped boot image marked sha256Prefix again;
 * ``unbootable``: raw bytes at the boot address, which the ROM cannot start;
@@ -38,8 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, LayoutError
+from ..errors import InputError, KflashError, LayoutError
 from ..model.detect import swap_words
+from ..model.dispatch import parse as parse_kmodel
 from ..units import fmt_addr, fmt_size
 from .bootimage import wrap_boot_image, wrapped_size
 from .content import SECTOR, ContentInfo, align_down, align_up, detect_content, footprint
@@ -392,6 +395,16 @@ class _Checker:
         sig, layout, loader = r.content.kmodel, self.plan.layout, r.item.loader
         if sig is None or sig.opaque:
             return
+        if sig.version in (3, 4, 5):
+            try:  # a truncated download or a damaged export fails on the board, not here
+                parse_kmodel(r.item.data, r.label, allow_swapped=True)
+            except KflashError as e:
+                self.add(
+                    "warning",
+                    "kmodel-damaged",
+                    f"{r.label} looks damaged: {e.message.removeprefix(r.label + ': ')}",
+                    "copy or export the model again; `kflashpy model info` shows the details",
+                )
         if layout and layout.kmodel_versions and sig.version not in layout.kmodel_versions:
             loads = "/".join(f"V{v}" for v in layout.kmodel_versions)
             self.add(

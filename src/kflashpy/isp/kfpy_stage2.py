@@ -80,6 +80,7 @@ MIN_READ_CHUNK = 256
 READ_WINDOW = 8
 RETRIES = 6
 FLASH_S_PER_FRAME = 0.6  # erase + program of 64 KiB at typical timings, with margin
+ACK_TIMEOUT = 1.5  # plus wire and flash time; a late ack only costs a (harmless) resend
 HASH_S_PER_MB = 1.0  # on-board read + SHA-256, with margin
 START_WAIT = 0.002  # a program needs this long after EXEC/baud change to listen
 
@@ -534,7 +535,7 @@ class KfpyStage2(Stage2):
                 inflight.append(todo.popleft())
                 self.link.send_packet(inflight[-1].packet)
             wire = sum(len(f.packet) for f in inflight) * 10 / baud
-            timeout = DEFAULT_TIMEOUT + wire + FLASH_S_PER_FRAME * len(inflight)
+            timeout = ACK_TIMEOUT + wire + FLASH_S_PER_FRAME * len(inflight)
             try:
                 resp = self.link.recv(KfpyOp.WRITE, timeout, extra_len=None)
                 p = _payload(resp)

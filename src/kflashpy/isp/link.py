@@ -264,8 +264,8 @@ class Link:
     ) -> Response:
         """Send a request and return its OK reply, resending when it did not arrive intact.
 
-        Bounded: at most ``retries`` resends for checksum/length errors and timeouts,
-        and busy replies (0xE7) for at most ``busy_timeout`` seconds with backoff.
+        Bounded: at most ``retries`` resends for checksum/length errors and timeouts
+        (each timeout doubles the next wait, up to 4x ``timeout``), and busy replies (0xE7) for at most ``busy_timeout`` seconds with backoff.
         Every resend is preceded by :meth:`barrier`. Any other status raises
         :class:`ProtocolError` naming ``what``.
         """
@@ -274,12 +274,14 @@ class Link:
         failures: list[str] = []
         busy_deadline: float | None = None
         poll = busy_poll
+        wait = timeout
         while True:
             self.send_packet(packet)
             try:
-                resp = self.recv(op, timeout)
+                resp = self.recv(op, wait)
             except NoResponseError:
-                failures.append(f"no reply within {timeout:.1f} s")
+                failures.append(f"no reply within {wait:.1f} s")
+                wait = min(wait * 2, timeout * 4)  # a slow board: give it longer next time
             else:
                 if resp.ok:
                     return resp

@@ -36,10 +36,13 @@ SECTOR = 4096
 DEFAULT_TIMEOUT = 3.0
 GREETING_TIMEOUT = 0.3
 ERASE_TIMEOUT_PER_MB = 40.0
-#: a kflash flasher rewrites a whole 64 KiB block per frame (read, erase, program in
-#: 32-byte pieces): up to ~8 s per 64 KiB with worst-case chip timings
-WRITE_TIMEOUT_PER_MB = 160.0
-CHIP_ERASE_TIMEOUT = 200.0  # 16 MiB NOR worst case
+#: a kflash flasher rewrites a whole 64 KiB block for every write frame, however short
+#: (read, erase, program in 32-byte pieces): up to ~8 s with worst-case chip timings
+BLOCK_REWRITE_TIMEOUT = 10.0
+CHIP_ERASE_TIMEOUT = 200.0
+FLASH_INIT_TIMEOUT = (
+    10.0  # may write the status register (quad enable) and wait for it  # 16 MiB NOR worst case
+)
 
 
 def scaled_timeout(nbytes: int, per_mb: float, baud: int | None = None) -> float:
@@ -201,7 +204,13 @@ class KflashStage2(Stage2):
         )
 
     def flash_init(self) -> None:
-        self._request(FlashOp.FLASH_INIT, self.FLASH_CHIP, data_len=0, what="flash init")
+        self._request(
+            FlashOp.FLASH_INIT,
+            self.FLASH_CHIP,
+            data_len=0,
+            timeout=FLASH_INIT_TIMEOUT,
+            what="flash init",
+        )
 
     def set_baud(self, baud: int) -> None:
         old = self.link.port.baudrate
@@ -241,7 +250,7 @@ class KflashStage2(Stage2):
                 FlashOp.FLASH_WRITE,
                 at,
                 chunk,
-                timeout=scaled_timeout(len(chunk), WRITE_TIMEOUT_PER_MB, baud),
+                timeout=scaled_timeout(len(chunk), 0, baud) + BLOCK_REWRITE_TIMEOUT,
                 busy_poll=0.5,
                 what=f"write of {len(chunk)} B at 0x{at:08X}",
             )

@@ -145,7 +145,13 @@ def prep_flash(
     pad = -len(data) % 4
     if unswap_input:
         out, direction = plain, "unswap"
-    else:  # includes a forced second swap of an already swapped file
+    elif sig.swapped:  # forced second swap: the result is the plain form again
+        out, direction = swap_words(data + bytes(pad)), "unswap"
+        warnings.append(
+            "the input was already word-swapped: swapping it again gives the plain form "
+            "(for kpu.load), which kpu.load_flash cannot load"
+        )
+    else:
         out, direction = swap_words(data + bytes(pad)), "swap"
     return FlashPrep(
         data=out,

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..errors import FormatError, IntegrityError, KeyMaterialError, UsageError
+from ..image.keys import is_hex_text
 
 __all__ = [
     "MAGIC",
@@ -158,7 +159,7 @@ def seal_bytes(
     salt = os.urandom(SALT_SIZE) if salt is None else salt
     iv = os.urandom(IV_SIZE) if iv is None else iv
     if len(salt) != SALT_SIZE or len(iv) != IV_SIZE:
-        raise UsageError("salt and iv must be 16 bytes each")
+        raise UsageError("salt and iv must be 16 bytes each", "leave salt and iv as None")
     ctype = content_type_of(plaintext, name) if content_type is None else content_type
     enc_key, mac_key = _derive(bytes(key), salt)
     padder = padding.PKCS7(128).padder()
@@ -273,9 +274,10 @@ def load_seal_key(
             raw = Path(file).read_bytes()
         except OSError as e:
             raise KeyMaterialError(
-                f"seal key file {file}: cannot read: {e.strerror or e}"
+                f"seal key file {file}: cannot read: {e.strerror or e}",
+                "check the path, or create a key with `kflashpy model keygen KEYFILE`",
             ) from None
-        if len(raw) == KEY_SIZE:
+        if len(raw) == KEY_SIZE and not is_hex_text(raw):
             return raw
         try:
             return _parse_hex(raw.decode("ascii"), f"file {file}")

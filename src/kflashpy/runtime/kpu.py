@@ -18,6 +18,7 @@ nncase >= 0.2 simulator (the one nncase 1.9 still uses):
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,7 +77,9 @@ class KpuRam:
     """
 
     def __init__(self) -> None:
-        self.data = np.zeros(KPU_RAM_SIZE, dtype=np.uint8)
+        # an anonymous mapping starts as zero pages that the OS provides only when
+        # touched: a run that uses a few KiB does not pay for clearing 2 MiB
+        self.data = np.frombuffer(mmap.mmap(-1, KPU_RAM_SIZE), dtype=np.uint8)
 
     def _region(self, row: int, c: int, h: int, w: int, what: str) -> np.ndarray:
         start = row * KPU_ROW
@@ -89,36 +92,33 @@ class KpuRam:
             )
         return self.data[start:end]
 
-    def _planes(self, row: int, c: int, h: int, w: int, what: str):
-        """Yield (channel slice step start j, view of shape (n_j, H, W)) per row group."""
+    def _grid(self, row: int, c: int, h: int, w: int, what: str) -> np.ndarray:
+        """View (blocks, groups, H, W) of a map's bytes: channel b*groups + j is [b, j]
+        (groups channels share each 64-byte row, §3.3; blocks = ceil(C / groups))."""
         groups, row_len, pitch = row_layout(w)
         region = self._region(row, c, h, w, what)
         if groups == 1:
-            yield 0, region.reshape(c, h, row_len * KPU_ROW)[:, :, :w]
-            return
-        blocks = -(-c // groups)
-        grid = region.reshape(blocks, h, groups, pitch)
-        for j in range(min(groups, c)):
-            n = len(range(j, c, groups))
-            yield j, grid[:n, :, j, :w]
+            return region.reshape(c, 1, h, row_len * KPU_ROW)[..., :w]
+        grid = region.reshape(-(-c // groups), h, groups, pitch)
+        return grid[..., :w].transpose(0, 2, 1, 3)
 
     def write_map(self, row: int, fmap: np.ndarray, what: str = "kpu upload") -> None:
         """Store a (C, H, W) u8 map at ``row`` with the layout its width implies."""
         c, h, w = fmap.shape
-        groups = row_layout(w)[0]
-        for j, view in self._planes(row, c, h, w, what):
-            view[...] = fmap[j::groups] if groups > 1 else fmap
+        grid = self._grid(row, c, h, w, what)
+        groups = grid.shape[1]
+        full, rest = divmod(c, groups)
+        if full:
+            grid[:full] = fmap[: full * groups].reshape(full, groups, h, w)
+        if rest:
+            grid[full, :rest] = fmap[full * groups :]
 
     def read_map(self, row: int, c: int, h: int, w: int, what: str = "kpu read") -> np.ndarray:
         """Return a copy of the (C, H, W) u8 map stored at ``row``."""
-        groups = row_layout(w)[0]
-        out = np.empty((c, h, w), dtype=np.uint8)
-        for j, view in self._planes(row, c, h, w, what):
-            if groups > 1:
-                out[j::groups] = view
-            else:
-                out[...] = view
-        return out
+        grid = self._grid(row, c, h, w, what)
+        out = np.empty(grid.shape, dtype=np.uint8)
+        out[...] = grid
+        return out.reshape(-1, h, w)[:c]
 
 
 # --- decoded parameters --------------------------------------------------------------
@@ -158,14 +158,77 @@ class ConvLayer:
     act: ActivationTable
     #: per-TieRules activation lookups (see :func:`step_lookup`)
     _fused: dict = field(default_factory=dict, repr=False)
-    #: weights as float32 (OC, K) for BLAS and their per-channel sums (int64, OC x 1 x 1)
-    weights_f32: np.ndarray = field(init=False, repr=False)
-    weight_sums: np.ndarray = field(init=False, repr=False)
+    #: per-Grid im2col gather indices (see :func:`_gather_index`)
+    _index: dict = field(default_factory=dict, repr=False)
+    #: everything below is derived once from the fields above (see __post_init__)
+    #: float32 weight matrix for BLAS: (OC, K), or (C, k*k) when depthwise; when the x
+    #: offset is linear (see ``x_fold``) it is folded into the weights; otherwise a row
+    #: of ones is appended (non-depthwise) so the matmul also yields the input sums
+    w_mat: np.ndarray = field(init=False, repr=False)
+    #: arg_x >> shr_x when arg_x is a multiple of 2**shr_x: then
+    #: (arg_x * sum x) >> shr_x == sum(x * x_fold), folded into ``w_mat``; else None
+    x_fold: int | None = field(init=False, repr=False)
+    #: per-channel constant of step 1, int64 (OC, 1, 1): the arg_w and arg_add terms
+    acc_bias: np.ndarray = field(init=False, repr=False)
+    #: taps per BLAS call so that float32 partial sums stay exact (K when one call is)
+    chunk: int = field(init=False, repr=False)
+    #: dtype of :func:`convolve`'s result: float32 when every value is provably below
+    #: 2**24 (exact), else float64 (exact below 2**53, always the case for the KPU)
+    acc_dtype: type = field(init=False, repr=False)
+    #: bound on |accumulator| (without ``acc_bias``) for any input
+    acc_bound: int = field(init=False, repr=False)
+    #: every norm_mul >= 0: BN is non-decreasing (max pooling may run before it)
+    bn_monotone: bool = field(init=False, repr=False)
+    #: BN values provably inside the fast path's range for any input (no check per run)
+    bn_bounded: bool = field(init=False, repr=False)
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates the layer performs (the KPU convolves at stride 1)."""
+        taps = self.weights[0].size
+        return self.out_shape[0] * taps * self.in_shape[1] * self.in_shape[2]
 
     def __post_init__(self) -> None:
-        flat = self.weights.reshape(self.weights.shape[0], -1)
-        object.__setattr__(self, "weights_f32", np.ascontiguousarray(flat, dtype=np.float32))
-        object.__setattr__(self, "weight_sums", flat.sum(axis=1, dtype=np.int64)[:, None, None])
+        # Exactness: all products are integers; a float sum of integers is exact when
+        # every partial sum is below 2**24 (float32) or 2**53 (float64) in magnitude.
+        # Any partial sum, in any order BLAS adds, is bounded by sum(|w|) * 255.
+        oc = self.weights.shape[0]
+        flat = self.weights.reshape(oc, -1).astype(np.int64)
+        taps = flat.shape[1]
+        g_ic = 1 if self.depthwise else self.in_shape[0]
+        bias = ((self.arg_w * flat.sum(axis=1)) >> self.shr_w) + self.arg_add * g_ic
+        fold = self.arg_x >> self.shr_x if self.arg_x % (1 << self.shr_x) == 0 else None
+        eff = flat + fold if fold is not None else flat
+        mm_bound = int(np.abs(eff).sum(axis=1).max(initial=0)) * 255
+        w_max = max(1, int(np.abs(eff).max(initial=0)))
+        if fold is None:  # the floor-shifted x term is added separately
+            mm_bound = max(mm_bound, taps * 255)
+            acc_bound = mm_bound + ((abs(self.arg_x) * taps * 255) >> self.shr_x) + 1
+        else:
+            acc_bound = mm_bound
+        w_mat = eff.astype(np.float32)
+        if fold is None and not self.depthwise:
+            w_mat = np.vstack([w_mat, np.ones((1, taps), np.float32)])
+        # w_max < 2**23 + 256 (24-bit arg_x), so float32 holds every weight exactly;
+        # a chunk of taps whose products sum below 2**24 is exact in float32 and the
+        # chunk sums are added in float64 (|acc| < 2**45 for the KPU's 9216 taps);
+        # chunk 0: even one product may reach 2**24, the matmul runs in float64
+        chunk = taps if mm_bound < 1 << 24 else ((1 << 24) - 1) // (255 * w_max)
+        derived = {
+            "w_mat": np.ascontiguousarray(w_mat),
+            "x_fold": fold,
+            "acc_bias": bias[:, None, None],
+            "chunk": chunk,
+            "acc_dtype": np.float32 if acc_bound < 1 << 24 else np.float64,
+            "acc_bound": acc_bound,
+            "bn_monotone": not np.any(self.bn.mul < 0),
+            "bn_bounded": all(
+                (((acc_bound + abs(int(b))) * abs(int(m))) >> int(sh)) + 1 + abs(int(a)) <= _BN_MAX
+                for b, m, sh, a in zip(bias, self.bn.mul, self.bn.shift, self.bn.add, strict=True)
+            ),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     @classmethod
     def from_tables(
@@ -244,10 +307,6 @@ def pooled_size(in_hw: tuple[int, int], pool_type: int, what: str = "KPU layer")
 # --- arithmetic (§3.4) -----------------------------------------------------------------
 
 
-#: float32 sums of u8*u8 products are exact while below 2**24: at most this many taps
-_F32_TAPS = ((1 << 24) - 1) // (255 * 255)
-
-
 @dataclass(frozen=True)
 class Grid:
     """Output positions at which a conv is evaluated: rows y0, y0+step, ... (n_y of
@@ -275,16 +334,18 @@ class Grid:
                 )
 
 
-def _exact_matmul(w: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """float32 (OC, K) @ float32 (K, N) of u8 values, exactly: BLAS on chunks of K small
-    enough that every partial sum stays an exact float32 integer, summed in int64."""
-    k = w.shape[1]
-    if k <= _F32_TAPS:
-        return (w @ cols).astype(np.int64)
-    out = np.zeros((w.shape[0], cols.shape[1]), dtype=np.int64)
-    for lo in range(0, k, _F32_TAPS):
-        hi = min(k, lo + _F32_TAPS)
-        out += (w[:, lo:hi] @ cols[lo:hi]).astype(np.int64)
+def _matmul(layer: ConvLayer, cols: np.ndarray) -> np.ndarray:
+    """``layer.w_mat`` @ float32 cols (K, N) of u8 values, exactly (see
+    ConvLayer.__post_init__): one float32 BLAS call, float32 chunks summed in float64,
+    or float64 BLAS."""
+    w, k, step = layer.w_mat, cols.shape[0], layer.chunk
+    if step >= k:
+        return w @ cols
+    if step == 0:
+        return w.astype(np.float64) @ cols.astype(np.float64)
+    out = np.zeros((w.shape[0], cols.shape[1]), dtype=np.float64)
+    for lo in range(0, k, step):
+        out += w[:, lo : lo + step] @ cols[lo : lo + step]
     return out
 
 
@@ -296,51 +357,84 @@ def _padded(x: np.ndarray, value: int) -> np.ndarray:
     return out
 
 
+#: im2col is one gather through a cached index when the columns have at most this many
+#: elements: small layers are dominated by NumPy's per-call cost, big ones by memory
+#: traffic, where k*k strided slice copies are faster
+_GATHER_MAX = 1 << 16
+
+
+def _gather_index(layer: ConvLayer, g: Grid) -> np.ndarray:
+    """Flat indices into the padded (IC, H+2, W+2) input giving the (IC, 9, N)
+    columns of a 3x3 conv at ``g``'s positions (built once per layer and grid)."""
+    idx = layer._index.get(g)
+    if idx is None:
+        ic, h, w = layer.in_shape
+        pitch = w + 2
+        rows = g.y0 + g.step * np.arange(g.n_y)
+        cols = g.x0 + g.step * np.arange(g.n_x)
+        pos = (rows[:, None] * pitch + cols[None, :]).reshape(-1)
+        taps = (np.arange(3)[:, None] * pitch + np.arange(3)[None, :]).reshape(-1)
+        chans = np.arange(ic) * (h + 2) * pitch
+        idx = chans[:, None, None] + taps[None, :, None] + pos[None, None, :]
+        layer._index[g] = idx
+    return idx
+
+
+def _columns(layer: ConvLayer, x: np.ndarray, g: Grid) -> np.ndarray:
+    """The conv's input columns: float32 (IC, k*k, N) of u8 values at ``g``'s
+    N = n_y*n_x positions (3x3: bordered with the KPU ``pad_value``)."""
+    ic = x.shape[0]
+    n = g.n_y * g.n_x
+    if layer.kernel == 1:  # only the grid positions are ever read
+        sub = x[:, g.y0 :: g.step, g.x0 :: g.step][:, : g.n_y, : g.n_x]
+        return sub.astype(np.float32).reshape(ic, 1, n)
+    xp = _padded(x, layer.pad_value)
+    if ic * 9 * n <= _GATHER_MAX:
+        return xp.reshape(-1).take(_gather_index(layer, g), mode="clip")
+    cols = np.empty((ic, 3, 3, g.n_y, g.n_x), dtype=np.float32)
+    for dy, dx, win in g.taps(xp, 3):
+        cols[:, dy, dx] = win
+    return cols.reshape(ic, 9, n)
+
+
 def convolve(layer: ConvLayer, x: np.ndarray, grid: Grid | None = None) -> np.ndarray:
-    """Step 1: the conv accumulator ``acc`` (int64, OC x n_y x n_x) at ``grid`` positions
-    (default: every input position, the KPU convolves at stride 1).
-
-    Values are u8 held in float32; sums are exact (:func:`_exact_matmul`; window sums
-    and 9-tap depthwise sums stay far below 2**24).
+    """Step 1 without its per-channel constant (``layer.acc_bias``, added by
+    :func:`batch_norm`, as max and pick pooling commute with it): the conv accumulator
+    at ``grid`` positions (default: every input position, the KPU convolves at stride
+    1), shape (OC, n_y, n_x), integer values held exactly in ``layer.acc_dtype``
+    (einsum and BLAS may add in any order: every partial sum is exact, see
+    ConvLayer.__post_init__).
     """
-    ic, h, w = layer.in_shape
-    k = layer.kernel
-    g = grid or Grid(0, 0, 1, h, w)
-    shape = (g.n_y, g.n_x)
-    if k == 3:
-        xp = _padded(x, layer.pad_value)
-    else:  # 1x1: only the grid positions are ever read
-        xp = x[:, g.y0 :: g.step, g.x0 :: g.step][:, : g.n_y, : g.n_x].astype(np.float32)
-        g = Grid(0, 0, 1, *shape)
+    g = grid or Grid(0, 0, 1, *layer.in_shape[1:])
+    cols = _columns(layer, x, g)
+    sx = None
     if layer.depthwise:
-        wf = layer.weights_f32.reshape(ic, k, k)
-        s = np.zeros((ic, *shape), dtype=np.float32)
-        sx = np.zeros((ic, *shape), dtype=np.float32)
-        for dy, dx, win in g.taps(xp, k):
-            s += wf[:, dy, dx, None, None] * win
-            sx += win
-        acc = s.astype(np.int64)
-        g_ic = 1
+        acc = np.einsum("ct,ctn->cn", layer.w_mat, cols)
+        if layer.x_fold is None:
+            sx = cols.sum(axis=1)
     else:
-        if k == 1:
-            cols = xp.reshape(ic, -1)
-        else:
-            cols = np.empty((ic, k, k, *shape), dtype=np.float32)
-            for dy, dx, win in g.taps(xp, k):
-                cols[:, dy, dx] = win
-            cols = cols.reshape(ic * k * k, -1)
-        acc = _exact_matmul(layer.weights_f32, cols).reshape(-1, *shape)
-        sx = cols.sum(axis=0, dtype=np.float32).reshape(1, *shape)
-        g_ic = ic
-    acc += (layer.arg_x * sx.astype(np.int64)) >> layer.shr_x
-    acc += ((layer.arg_w * layer.weight_sums) >> layer.shr_w) + layer.arg_add * g_ic
-    return acc
+        mm = _matmul(layer, cols.reshape(-1, cols.shape[2]))
+        if layer.x_fold is None:
+            sx, mm = mm[-1], mm[:-1]
+        acc = mm
+    acc = acc.astype(layer.acc_dtype, copy=False)
+    if sx is not None:  # (arg_x * sum x) >> shr_x, exact in float64 (< 2**44 / 2**shr_x)
+        term = np.floor(sx.astype(np.float64) * (layer.arg_x / (1 << layer.shr_x)))
+        out = acc if layer.acc_dtype == np.float32 else None
+        acc = np.add(acc, term, out=out, casting="unsafe")
+    return acc.reshape(-1, g.n_y, g.n_x)
 
 
-def batch_norm(bn: BatchNorm, acc: np.ndarray) -> np.ndarray:
-    """Step 2: per-channel fixed-point scale and offset (floor shift)."""
-    shape = (-1,) + (1,) * (acc.ndim - 1)
-    return ((acc * bn.mul.reshape(shape)) >> bn.shift.reshape(shape)) + bn.add.reshape(shape)
+def batch_norm(layer: ConvLayer, acc: np.ndarray) -> np.ndarray:
+    """Step 1's per-channel constant, then step 2: per-channel fixed-point scale and
+    offset (floor shift), in int64 like the direct formula always was."""
+    bn = layer.bn
+    v = acc.astype(np.int64)
+    v += layer.acc_bias
+    v *= bn.mul[:, None, None]
+    v >>= bn.shift[:, None, None]
+    v += bn.add[:, None, None]
+    return v
 
 
 def round_shift(v: np.ndarray, s: np.ndarray, rounding: str) -> np.ndarray:
@@ -391,7 +485,7 @@ def pool(fmap: np.ndarray, pool_type: int, out_hw: tuple[int, int]) -> np.ndarra
 
     Windows start at (oy*stride, ox*stride). Max ignores taps outside the map, mean
     replicates the edge and divides the integer sum by window**2 (truncating), the
-    pick types read one tap (0 outside the map). Max and pick also accept the int64
+    pick types read one tap (0 outside the map). Max and pick also accept the
     accumulator (they commute with a non-decreasing activation, see :func:`run_conv`).
     """
     if pool_type == 0:
@@ -410,7 +504,7 @@ def pool(fmap: np.ndarray, pool_type: int, out_hw: tuple[int, int]) -> np.ndarra
     if pool_type in (1, 3, 9):
         src = fmap
         if pad_h or pad_w:  # taps past the edge never win: pad with the type's minimum
-            low = np.iinfo(fmap.dtype).min
+            low = -np.inf if fmap.dtype.kind == "f" else np.iinfo(fmap.dtype).min
             src = np.pad(fmap, ((0, 0), (0, pad_h), (0, pad_w)), constant_values=low)
         taps = _window_taps(src, win, stride, oh, ow)
         out = next(taps).copy()
@@ -454,11 +548,18 @@ class StepLookup:
     def __call__(self, bn: np.ndarray) -> np.ndarray:
         if self.steps is None:
             return (np.searchsorted(self.table, bn, side="right") - 1).astype(np.uint8)
-        top = self.base + (len(self.coarse) << self.shift) - 1
-        g = self.coarse[(np.clip(bn, self.base, top) - self.base) >> self.shift]
+        idx = bn - self.base  # clamp to the table (two ufuncs: np.clip costs more per call)
+        np.maximum(idx, 0, out=idx)
+        np.minimum(idx, (len(self.coarse) << self.shift) - 1, out=idx)
+        if self.shift:
+            np.right_shift(idx, self.shift, out=idx)
+        # indices are in range by construction: mode="clip" skips numpy's bounds check;
+        # the coarse table is u8 (64 KiB stays in cache), gathers index with intp
+        g = self.coarse.take(idx, mode="clip")
+        upper = self.table[1:]  # upper[g] = the next threshold after g
         for _ in range(self.steps):
-            g += self.table[g + 1] <= bn
-        return g.astype(np.uint8)
+            g += upper.take(g.astype(np.intp), mode="clip") <= bn
+        return g
 
     @classmethod
     def build(cls, thr: np.ndarray) -> StepLookup:
@@ -466,12 +567,12 @@ class StepLookup:
         table = np.concatenate([[-big - 1], thr, [big]]).astype(np.int64)
         finite = thr[(thr > _BN_MIN) & (thr <= _BN_MAX)]
         if finite.size == 0:
-            return cls(table, 0, 0, np.zeros(1, np.intp), None)
+            return cls(table, 0, 0, np.zeros(1, np.uint8), None)
         base = int(finite.min()) - 1
         span = int(finite.max()) - base + 1
         shift = max(0, (span - 1).bit_length() - _COARSE_BITS)
         starts = base + (np.arange(((span - 1) >> shift) + 1, dtype=np.int64) << shift)
-        coarse = (np.searchsorted(table, starts, side="right") - 1).astype(np.intp)
+        coarse = (np.searchsorted(table, starts, side="right") - 1).astype(np.uint8)
         ends = np.append(starts[1:], big) - 1
         inside = np.searchsorted(thr, ends, side="right") - np.searchsorted(
             thr, starts, side="right"
@@ -520,6 +621,75 @@ def step_lookup(layer: ConvLayer, rules: TieRules) -> StepLookup | None:
     return result
 
 
+@dataclass(frozen=True, eq=False)
+class AffineLookup:
+    """Steps 2-3 straight from a float32 accumulator, for a :class:`StepLookup`.
+
+    With u = (acc + acc_bias) * mul / 2**shift, BN = floor(u) + add, and for integers
+    n and k > 0 floor((floor(u) + n) / k) = floor((u + n) / k) and floor(u) >= n iff
+    u >= n. So with w = acc * alpha + beta = (u + add - base) / 2**cshift per channel,
+    the coarse bin is clamp(floor(w)) and BN >= T iff w >= (T - base) / 2**cshift.
+    All of it is float64 arithmetic on dyadic numbers whose numerators stay below
+    2**53 (checked per layer by :func:`affine_lookup`), hence exact.
+    """
+
+    alpha: np.ndarray  # float64 (OC, 1, 1)
+    beta: np.ndarray  # float64 (OC, 1, 1)
+    coarse: np.ndarray  # StepLookup.coarse
+    upper: np.ndarray  # float64: (T[g+1] - base) / 2**cshift, g = 0..255
+    steps: int
+
+    def __call__(self, acc: np.ndarray) -> np.ndarray:
+        w = acc * self.alpha
+        w += self.beta
+        idx = np.maximum(w, 0)
+        np.minimum(idx, len(self.coarse) - 1, out=idx)
+        g = self.coarse.take(idx.astype(np.intp), mode="clip")
+        for _ in range(self.steps):
+            g += self.upper.take(g.astype(np.intp), mode="clip") <= w
+        return g
+
+
+def affine_lookup(layer: ConvLayer, rules: TieRules) -> AffineLookup | None:
+    """The :class:`AffineLookup` of a layer, or None when its exactness conditions do
+    not hold (float32 accumulator, monotone BN and activation, BN values in range,
+    numerators below 2**53). Cached on the layer per rules."""
+    key = (rules, "affine")
+    if key in layer._fused:
+        return layer._fused[key]
+    look = step_lookup(layer, rules)
+    result = None
+    if (
+        look is not None
+        and look.steps is not None
+        and layer.acc_dtype == np.float32
+        and layer.bn_monotone
+        and layer.bn_bounded
+    ):
+        limit = 1 << 53
+        exact = True
+        alpha, beta = [], []
+        for b, m, sh, a in zip(
+            layer.acc_bias.ravel(), layer.bn.mul, layer.bn.shift, layer.bn.add, strict=True
+        ):
+            b, m, sh, a = int(b), int(m), int(sh), int(a)
+            lead = (layer.acc_bound + abs(b)) * m
+            tail = (a - look.base) << sh
+            exact &= lead < limit and lead + abs(tail) < limit and abs(b * m + tail) < limit
+            scale = 2.0 ** -(sh + look.shift)
+            alpha.append(m * scale)
+            beta.append((b * m + tail) * scale)
+        upper = (look.table[1:].astype(np.float64) - look.base) * 2.0**-look.shift
+        if exact and np.all(np.abs(look.table[1:-1] - look.base) < limit):
+            col = (-1, 1, 1)
+            result = AffineLookup(
+                np.array(alpha).reshape(col), np.array(beta).reshape(col), look.coarse, upper,
+                look.steps,
+            )  # fmt: skip
+    layer._fused[key] = result
+    return result
+
+
 def _segment(xs: np.ndarray, bn: np.ndarray, rules: TieRules) -> np.ndarray:
     """Index of the activation segment each BN value falls in (TieRules.segment)."""
     if np.all(np.diff(xs) > 0):
@@ -550,14 +720,25 @@ def run_conv(layer: ConvLayer, x: np.ndarray, rules: TieRules, fused: bool = Tru
         acc, pool_type = convolve(layer, x, Grid(y0, x0, step, *out_hw)), 0
     else:
         acc, pool_type = convolve(layer, x), layer.pool_type
-    if look is not None and pool_type in (1, 3, 9) and not np.any(layer.bn.mul < 0):
+    if look is not None and pool_type in (1, 3, 9) and layer.bn_monotone:
         acc, pool_type = pool(acc, pool_type, out_hw), 0
-    bn = batch_norm(layer.bn, acc)
-    if look is not None and bn.size and bn.min() >= _BN_MIN and bn.max() <= _BN_MAX:
+    affine = affine_lookup(layer, rules) if fused else None
+    if affine is not None:
+        return pool(affine(acc), pool_type, out_hw)
+    bn = batch_norm(layer, acc)
+    if look is not None and (
+        layer.bn_bounded or (bn.size and bn.min() >= _BN_MIN and bn.max() <= _BN_MAX)
+    ):
         y = look(bn)
     else:
         y = activate(layer.act, bn, rules)
     return pool(y, pool_type, out_hw)
+
+
+def batches(maps) -> np.ndarray:
+    """Stack per-batch (C, H, W) maps to (N, C, H, W) (one batch: a view, no copy)."""
+    maps = list(maps)
+    return maps[0][None] if len(maps) == 1 else np.stack(maps)
 
 
 def run_conv_in_ram(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +24,7 @@ class TensorSpec:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,34 @@ def tie_rules(options: dict) -> TieRules:
     return TieRules(options.get("segment", ">"), options.get("rounding", "nncase"))
 
 
+#: a KPU layer with this many multiply-accumulates makes a run cap BLAS at one thread:
+#: OpenBLAS splits a GEMM over its threads from 2**18 multiply-adds on (65536 x its
+#: default GEMM_MULTITHREAD_THRESHOLD of 4); below that it stays on one thread anyway
+BLAS_CAP_MACS = 1 << 18
+
+
+@functools.cache
+def _blas_pools():
+    """The BLAS thread pools NumPy loaded (inspecting the process costs ~10 ms: once)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
+
+
+def single_thread_blas(enabled: bool = True):
+    """Context that runs BLAS on one thread, restoring its setting afterwards.
+
+    The runtime's matrix products are many and small (a few MFLOP each): on a machine
+    whose cores are busy, OpenBLAS's worker threads spin and wait for each other, and
+    a YOLO frame took 10x longer with the default thread count than with one. The
+    cap applies only around the runtime's own calls, through threadpoolctl (which
+    scikit-learn uses for the same purpose); it is process-wide while it lasts, so
+    BLAS work on other Python threads during a run is capped too. Costs ~30 us, so
+    models whose layers are all below :data:`BLAS_CAP_MACS` skip it.
+    """
+    return _blas_pools().limit(limits=1) if enabled else contextlib.nullcontext()
+
+
 class Model:
     """A loaded kmodel ready to run on the host.
 
@@ -56,17 +87,28 @@ class Model:
     version: int = 0
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+    #: the model's KPU layers (key: the interpreter's layer id)
+    _convs: dict
+
+    @functools.cached_property
+    def _cap_blas(self) -> bool:
+        """Whether a run caps BLAS threads (see :func:`single_thread_blas`)."""
+        return max((layer.macs for layer in self._convs.values()), default=0) >= BLAS_CAP_MACS
 
     def run(self, inputs: Sequence[np.ndarray], **options: str) -> list[np.ndarray]:
         """Run the model once; returns the outputs in declaration order."""
-        return self._execute(self._check_inputs(inputs), tie_rules(options), None)
+        checked, rules = self._check_inputs(inputs), tie_rules(options)
+        with single_thread_blas(self._cap_blas):
+            return self._execute(checked, rules, None)
 
     def run_layers(
         self, inputs: Sequence[np.ndarray], **options: str
     ) -> tuple[list[np.ndarray], list[LayerOutput]]:
         """Run once and also return every step's output (for debugging and bisecting)."""
         dump: list[LayerOutput] = []
-        outs = self._execute(self._check_inputs(inputs), tie_rules(options), dump)
+        checked, rules = self._check_inputs(inputs), tie_rules(options)
+        with single_thread_blas(self._cap_blas):
+            outs = self._execute(checked, rules, dump)
         return outs, dump
 
     def _execute(

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import FormatError, NotImplementedOpError
 from ..model.v4 import BINARY_OPS, REDUCE_OPS, UNARY_OPS, KModelV4, MemoryRange
-from .kpu import KPU_ROW, ConvLayer, KpuRam, TieRules, fmap_rows, run_conv_in_ram
+from .kpu import KPU_ROW, ConvLayer, KpuRam, TieRules, batches, fmap_rows, run_conv_in_ram
 from .model import LayerOutput, Model, TensorSpec
 from .ops import nn
 
@@ -578,8 +578,9 @@ def _kpu_upload(m, node, mem, rules):
 def _kpu_conv2d(m, node, mem, rules):
     p = node.params
     layer = m._convs[node.index]
-    outs = [run_conv_in_ram(mem.kpu, layer, rules, batch=b) for b in range(max(1, p["batches"]))]
-    y = np.stack(outs)
+    y = batches(
+        run_conv_in_ram(mem.kpu, layer, rules, batch=b) for b in range(max(1, p["batches"]))
+    )
     if p["main_mem_output"].size:
         mem.write(p["main_mem_output"], y, "kpu_conv2d main-memory output")
     return y

@@ -15,6 +15,7 @@ implemented; any other instruction raises NotImplementedOpError naming it.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from ..errors import FormatError, NotImplementedOpError
 from ..model.v5 import KModelV5, V5Function, V5Module
-from .kpu import KPU_ROW, ConvLayer, KpuRam, TieRules, fmap_rows, run_conv_in_ram
+from .kpu import KPU_ROW, ConvLayer, KpuRam, TieRules, batches, fmap_rows, run_conv_in_ram
 from .model import LayerOutput, Model, TensorSpec
 from .ops import nn
 
@@ -69,10 +70,33 @@ def _view(addr: Addr, dtype: np.dtype, shape, strides) -> np.ndarray:
             f"tensor of shape {shape} at byte {addr.offset} runs past its {addr.buf.size}-byte buffer",
             "the model's buffer layout is inconsistent",
         )
-    flat = addr.buf[addr.offset : end].view(dtype) if n else np.zeros(0, dtype)
-    return np.lib.stride_tricks.as_strided(
-        flat, shape, tuple(s * dtype.itemsize for s in strides), writeable=True
+    return np.ndarray(
+        shape,
+        dtype,
+        buffer=addr.buf,
+        offset=addr.offset,
+        strides=tuple(s * dtype.itemsize for s in strides),
     )
+
+
+@functools.cache
+def _struct(fmt: str) -> struct.Struct:
+    return struct.Struct("<" + fmt)
+
+
+#: operand formats of the stackvm instructions the interpreter knows (others: none)
+_OPERANDS = {0x02: "i", 0x05: "f", 0x17: "BBI", 0x31: "BB", 0x32: "BB", 0x5E: "H"}
+
+
+def _decode(code: bytes, pc: int) -> tuple[int, tuple, int]:
+    """(opcode, operands, pc of what follows) of the instruction at ``pc``; a tensor
+    instruction's own fields follow its function number and are read by its handler."""
+    r = _Reader(code, pc)
+    (op,) = r.take("B")
+    args = r.take(_OPERANDS[op]) if op in _OPERANDS else ()
+    if op == 0x05:
+        args = (F32(args[0]),)
+    return op, args, r.pc
 
 
 class _Reader:
@@ -82,7 +106,7 @@ class _Reader:
         self.code, self.pc = code, pc
 
     def take(self, fmt: str) -> tuple:
-        st = struct.Struct("<" + fmt)
+        st = _struct(fmt)
         if self.pc + st.size > len(self.code):
             raise FormatError(
                 f"stackvm code ends inside an instruction at byte {self.pc}",
@@ -113,6 +137,9 @@ class V5Model(Model):
             for i, (mr, s) in enumerate(zip(fn.outputs, fn.output_shapes, strict=True))
         ]
         self._rdata = {}
+        self._codes: dict[tuple[int, int], bytes] = {}
+        #: per function: pc -> decoded instruction (see _decode)
+        self._decoded: dict[tuple[int, int], dict[int, tuple]] = {}
         self._convs: dict[tuple[int, int, int], ConvLayer] = {}
         for mod in parsed.modules:
             sec = mod.section(".rdata")
@@ -136,6 +163,19 @@ class V5Model(Model):
                             parsed.view(op.arrays["act"]),
                             f"{self.name}: k210 function {fn_.index} op {op.index}",
                         )
+
+    def _code(self, mod: V5Module, fn: V5Function) -> bytes:
+        """A stackvm function's instructions (sliced out of ``.text`` once)."""
+        key = (mod.index, fn.index)
+        if key not in self._codes:
+            text = mod.section(".text")
+            if text is None or text.body is None:
+                raise FormatError(
+                    f"{self.name}: stackvm module has no .text", "the model is corrupt"
+                )
+            body = self.parsed.view(text.body)
+            self._codes[key] = bytes(body[fn.entrypoint : fn.entrypoint + fn.text_size])
+        return self._codes[key]
 
     def _dtype(self, code: int) -> np.dtype:
         dt = DTYPES.get(code)
@@ -227,21 +267,16 @@ class _K210Function:
             elif op.opcode == 1:  # kpu_download: KPU rows -> main NCHW u8
                 n, c, h, w = p["in_shape"]
                 row = p["input"].start // KPU_ROW
-                out = np.stack(
-                    [
-                        self.run_.kpu.read_map(row + b * fmap_rows(c, h, w), c, h, w)
-                        for b in range(n)
-                    ]
+                out = batches(
+                    self.run_.kpu.read_map(row + b * fmap_rows(c, h, w), c, h, w) for b in range(n)
                 )
                 dst = self.buf(p["output"])
                 dst[p["output"].start : p["output"].start + out.size] = out.reshape(-1)
             elif op.opcode == 2:
                 layer = self.run_.model._convs[(self.mod.index, self.fn.index, op.index)]
-                out = np.stack(
-                    [
-                        run_conv_in_ram(self.run_.kpu, layer, self.run_.rules, b)
-                        for b in range(max(1, p["batches"]))
-                    ]
+                out = batches(
+                    run_conv_in_ram(self.run_.kpu, layer, self.run_.rules, b)
+                    for b in range(max(1, p["batches"]))
                 )
                 mm = p["main_mem_output"]
                 if mm.size:
@@ -266,13 +301,7 @@ class _K210Function:
 class _StackVM:
     def __init__(self, run: _Run, mod: V5Module, fn: V5Function, buffers: dict) -> None:
         self.run_, self.mod, self.fn, self.buffers = run, mod, fn, buffers
-        text = mod.section(".text")
-        if text is None or text.body is None:
-            raise FormatError(
-                f"{run.model.name}: stackvm module has no .text", "the model is corrupt"
-            )
-        body = bytes(run.model.parsed.view(text.body))
-        self.code = body[fn.entrypoint : fn.entrypoint + fn.text_size]
+        self.code = run.model._code(mod, fn)
         self.stack: list = []
         self.shapes: dict[int, tuple[int, ...]] = {}
         self.paddings: dict[int, list[tuple[int, int, int]]] = {}
@@ -297,20 +326,23 @@ class _StackVM:
         return int(before), int(after), int(interior)
 
     def run(self) -> None:
-        r = _Reader(self.code)
-        while r.pc < len(self.code):
-            pc = r.pc
-            (op,) = r.take("B")
+        code, end = self.code, len(self.code)
+        # instructions are decoded once per model (the code never changes)
+        decoded = self.run_.model._decoded.setdefault((self.mod.index, self.fn.index), {})
+        pc = 0
+        while pc < end:
+            ent = decoded.get(pc)
+            if ent is None:
+                ent = decoded[pc] = _decode(code, pc)
+            op, args, nxt = ent
             if op == 0x00:  # nop
-                continue
-            if op == 0x02:
-                self.stack.append(r.take("i")[0])
+                pass
+            elif op in (0x02, 0x05):  # ldc.i4, ldc.r4
+                self.stack.append(args[0])
             elif op in (0x03, 0x04):
                 self.stack.append(op - 0x03)
-            elif op == 0x05:
-                self.stack.append(F32(r.take("f")[0]))
             elif op == 0x17:  # lea.buffer location, subres, offset
-                loc, _sub, off = r.take("BBI")
+                loc, _sub, off = args
                 buf = self.buffers.get(loc)
                 if buf is None:
                     raise self.fail(f"lea.buffer of location {loc}", pc)
@@ -320,24 +352,27 @@ class _StackVM:
             elif op == 0x30:
                 self.stack.pop()
             elif op == 0x31:  # stshape rshape, rank
-                reg, rank = r.take("BB")
+                reg, rank = args
                 vals = [int(self.stack.pop()) for _ in range(rank)][::-1]
                 self.shapes[reg] = tuple(vals)
             elif op == 0x32:  # stpaddings rpaddings, rank
-                reg, rank = r.take("BB")
+                reg, rank = args
                 pads = [self.pop_padding() for _ in range(rank)][::-1]
                 self.paddings[reg] = pads
             elif op == 0x59:  # ret
                 return
             elif op == 0x5E:
-                (funct,) = r.take("H")
+                (funct,) = args
                 handler = _TENSOR.get(funct)
                 if handler is None:
                     raise self.fail(f"tensor function 0x{funct:02x}", pc)
+                r = _Reader(code, nxt)
                 name, out = handler(self, r)
                 self.run_.record(name, out)
+                nxt = r.pc
             else:
                 raise self.fail(f"opcode 0x{op:02x}", pc)
+            pc = nxt
 
     # helpers for tensor instructions
     def view(self, addr: Addr, dt: int | np.dtype, rshape: int, rstride: int) -> np.ndarray:

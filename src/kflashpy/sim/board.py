@@ -166,7 +166,7 @@ class VirtualBoard:
             self.stage = "firmware"
             self.personality = make_personality(self.config.personality, self)
         elif result.hang:
-            self._halt(result.reason)
+            self.halt(result.reason)
         else:
             self.board_transmit(BOOT_FAIL_TEXT, self.now, self.rom.baud)
             self.stage = "isp"
@@ -190,7 +190,8 @@ class VirtualBoard:
             self.core.close()
             self.core = None
 
-    def _halt(self, reason: str) -> None:
+    def halt(self, reason: str) -> None:
+        """The core stopped for good (bad access, unknown exception): silent until reset."""
         self._stop_core()
         self.stage = "halted"
         self.halt_reason = reason

@@ -18,6 +18,7 @@ unicorn never performs RISC-V trap entry and cannot raise MEIP/MTIP (issues #240
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -25,12 +26,19 @@ from unicorn import (
     UC_ARCH_RISCV,
     UC_HOOK_CODE,
     UC_HOOK_INTR,
+    UC_HOOK_MEM_WRITE,
     UC_MODE_RISCV64,
     UC_PROT_ALL,
     Uc,
     UcError,
 )
 from unicorn import riscv_const as rv
+from unicorn.unicorn_py3.unicorn import (
+    HOOK_CODE_CFUNC,
+    MMIO_READ_CFUNC,
+    MMIO_WRITE_CFUNC,
+    uclib,
+)
 
 from .crypto import AesEngine, ShaEngine
 from .memory import SRAM_ALIAS, SRAM_BASE, SRAM_SIZE
@@ -54,8 +62,12 @@ IRQ_BIT = 1 << 63
 CAUSE_ECALL_M = 11
 INSN_MRET, INSN_WFI = 0x3020_0073, 0x1050_0073
 CSRR_MIP_MASK, CSRR_MIP = 0xFFFF_F07F, 0x3440_2073  # csrrs rd, mip, x0
-RX_BATCH = 8  # UART bytes allowed to arrive per slice (half a DW FIFO)
 MIN_SLICE, MAX_SLICE = 200, 4_000_000
+IDLE_TRACE = 64  # longest wait loop (instructions) the idle detector recognises
+MAX_IDLE_HEADS = 16
+HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
+HEAD_SUSPEND = 0.01  # virtual seconds a wait-loop hook stays off after its loop was busy
+_GPRS = tuple(range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X1 + 31))
 _UNTIL = 0xFFFF_FFFF_FFFF_FFFE  # never reached: slices end by instruction count
 
 # (base, size, name) of peripherals modelled as plain register files
@@ -87,7 +99,27 @@ class Core:
         self._stall = 0.0
         self._skip: float | None = None
         self._reset_requested = False
+        self._keep: list[object] = []  # ctypes callbacks must outlive the emulator
+        self._error: BaseException | None = None
+        self._halt_reason = ""
+        self._mmio_count = 0  # MMIO accesses so far (idle detection)
+        self._idle_hit = False
+        self._head_state: tuple[int, int, bytes] | None = None
+        self._heads: dict[int, list[int]] = {}  # wait-loop PC -> code hook handles
+        self._suspended: dict[int, float] = {}  # busy wait-loop PC -> re-arm time
+        self._store_hook: int | None = None
+        self._stores = 0
+        self._head_visits = 0
+        self._armed = False  # stores are being watched for one wait-loop iteration
+        self.idle_skips = 0
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
+        self._uch = uc._uch
+        self._val = ctypes.c_uint64()
+        self._pval = ctypes.byref(self._val)
+        self._gpr_ids = (ctypes.c_int * len(_GPRS))(*_GPRS)
+        self._gpr_vals = (ctypes.c_uint64 * len(_GPRS))()
+        base = ctypes.addressof(self._gpr_vals)
+        self._gpr_ptrs = (ctypes.c_void_p * len(_GPRS))(*(base + 8 * i for i in range(len(_GPRS))))
         for base in (SRAM_BASE, SRAM_ALIAS):
             uc.mem_map_ptr(base, SRAM_SIZE, UC_PROT_ALL, board.sram.host_address)
 
@@ -110,7 +142,9 @@ class Core:
         )
         self.sysctl.peri_reset_hooks[9] = self.spi3.reset
         for base, name in ((0x5200_0000, "spi0"), (0x5300_0000, "spi1")):
-            bus = Spi3(NoDevice(), self._time, self.sysctl.spi3_hz, self._add_stall, self._skip_until, name)
+            bus = Spi3(
+                NoDevice(), self._time, self.sysctl.spi3_hz, self._add_stall, self._skip_until, name
+            )
             self._mmio(base, bus)
         for name, uart in self.uarts.items():
             self.plic.sources[_IRQ[name]] = uart.irq
@@ -136,19 +170,54 @@ class Core:
         self._route()
         uc.hook_add(UC_HOOK_INTR, self._on_exception)
         self._install_code_hooks(board.rom.written_range(entry))
-        uc.reg_write(rv.UC_RISCV_REG_PC, entry)
+        self._rw(rv.UC_RISCV_REG_PC, entry)
 
     # ------------------------------------------------------------------ wiring
     def _mmio(self, base: int, dev: Any) -> None:
+        """Map ``dev`` at ``base`` with raw ctypes callbacks (the binding's wrappers cost
+        more than the models themselves on the hot UART/PLIC/SPI paths)."""
         read, write = dev.read, dev.write
+        core = self
 
-        def rd(uc: Uc, offset: int, size: int, _ud: object) -> int:
-            return read(offset, size)
+        def rd(_h: object, offset: int, size: int, _ud: object) -> int:
+            try:
+                core._mmio_count += 1
+                return read(offset, size)  # type: ignore[no-any-return]
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+                return 0
 
-        def wr(uc: Uc, offset: int, size: int, value: int, _ud: object) -> None:
-            write(offset, size, value)
+        def wr(_h: object, offset: int, size: int, value: int, _ud: object) -> None:
+            try:
+                core._mmio_count += 1
+                write(offset, size, value)
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
 
-        self.uc.mmio_map(base, dev.size, rd, None, wr, None)
+        rd_ptr, wr_ptr = MMIO_READ_CFUNC(rd), MMIO_WRITE_CFUNC(wr)
+        self._keep.append((rd_ptr, wr_ptr))
+        status = uclib.uc_mmio_map(self.uc._uch, base, dev.size, rd_ptr, None, wr_ptr, None)
+        if status:
+            raise UcError(status)
+
+    # fast register access: the binding's reg_read/reg_write cost several microseconds
+    def _rr(self, reg: int) -> int:
+        uclib.uc_reg_read(self._uch, reg, self._pval)
+        return self._val.value
+
+    def _rw(self, reg: int, value: int) -> None:
+        self._val.value = value & 0xFFFF_FFFF_FFFF_FFFF
+        uclib.uc_reg_write(self._uch, reg, self._pval)
+
+    def _gprs(self) -> bytes:
+        """x1..x31 as one bytes object (cheap to compare)."""
+        uclib.uc_reg_read_batch(self._uch, self._gpr_ids, self._gpr_ptrs, len(_GPRS))
+        return bytes(self._gpr_vals)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        uclib.uc_emu_stop(self.uc._uch)
 
     def _install_code_hooks(self, span: tuple[int, int]) -> None:
         """Hook every ``mret`` and ``csrr rd, mip`` found in the uploaded code."""
@@ -163,10 +232,36 @@ class Core:
         for idx in np.flatnonzero((words & CSRR_MIP_MASK) == CSRR_MIP):
             self._hook(lo + 2 * int(idx), self._on_csrr_mip, int(words[idx]) >> 7 & 0x1F)
 
-    def _hook(self, addr: int, callback: Any, data: object) -> None:
-        """Hook one instruction in both SRAM views (code may run from the alias)."""
+    def _hook(self, addr: int, callback: Any, data: object) -> list[int]:
+        """Hook one instruction in both SRAM views (code may run from the alias);
+        return the hook handles."""
+        uc = self.uc
+        core = self
+
+        def code(_h: object, address: int, size: int, _ud: object) -> None:
+            try:
+                callback(uc, address, size, data)
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        ptr = HOOK_CODE_CFUNC(code)
+        self._keep.append(ptr)
+        handles = []
         for view in (addr, addr - SRAM_BASE + SRAM_ALIAS):
-            self.uc.hook_add(UC_HOOK_CODE, callback, data, view, view)
+            handle = ctypes.c_size_t()
+            status = uclib.uc_hook_add(
+                uc._uch,
+                ctypes.byref(handle),
+                UC_HOOK_CODE,
+                ptr,
+                None,
+                ctypes.c_uint64(view),
+                ctypes.c_uint64(view),
+            )
+            if status:
+                raise UcError(status)
+            handles.append(handle.value)
+        return handles
 
     def _route(self) -> None:
         """Follow the FPIOA: which UART listens on IO4 and which one drives IO5."""
@@ -213,24 +308,23 @@ class Core:
         return 0
 
     def _vector(self, cause: int) -> int:
-        tvec = self.uc.reg_read(rv.UC_RISCV_REG_MTVEC)
+        tvec = self._rr(rv.UC_RISCV_REG_MTVEC)
         if tvec & 1 and cause & IRQ_BIT:
             return (tvec & ~3) + 4 * (cause & 0x3F)
         return tvec & ~3
 
     def _enter_trap(self, cause: int, epc: int) -> None:
-        uc = self.uc
-        mstatus = uc.reg_read(rv.UC_RISCV_REG_MSTATUS)
+        mstatus = self._rr(rv.UC_RISCV_REG_MSTATUS)
         mpie = MSTATUS_MPIE if mstatus & MSTATUS_MIE else 0
         mstatus = (mstatus & ~(MSTATUS_MIE | MSTATUS_MPIE)) | mpie | MSTATUS_MPP
-        uc.reg_write(rv.UC_RISCV_REG_MSTATUS, mstatus)
-        uc.reg_write(rv.UC_RISCV_REG_MEPC, epc)
-        uc.reg_write(rv.UC_RISCV_REG_MCAUSE, cause)
-        uc.reg_write(rv.UC_RISCV_REG_PC, self._vector(cause))
+        self._rw(rv.UC_RISCV_REG_MSTATUS, mstatus)
+        self._rw(rv.UC_RISCV_REG_MEPC, epc)
+        self._rw(rv.UC_RISCV_REG_MCAUSE, cause)
+        self._rw(rv.UC_RISCV_REG_PC, self._vector(cause))
         self.traps += 1
 
     def _on_exception(self, uc: Uc, intno: int, _ud: object) -> None:
-        pc = uc.reg_read(rv.UC_RISCV_REG_PC)
+        pc = self._rr(rv.UC_RISCV_REG_PC)
         if intno == 8:  # ecall: unicorn already stepped over it
             self._enter_trap(CAUSE_ECALL_M, pc - 4)
         else:
@@ -238,19 +332,19 @@ class Core:
             uc.emu_stop()
 
     def _on_mret(self, uc: Uc, address: int, size: int, _ud: object) -> None:
-        mstatus = uc.reg_read(rv.UC_RISCV_REG_MSTATUS)
+        mstatus = self._rr(rv.UC_RISCV_REG_MSTATUS)
         if not mstatus & MSTATUS_MPIE:
             return
-        cause = self._pending_cause(uc.reg_read(rv.UC_RISCV_REG_MIE))
+        cause = self._pending_cause(self._rr(rv.UC_RISCV_REG_MIE))
         if cause:
             # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
-            uc.reg_write(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP)
-            uc.reg_write(rv.UC_RISCV_REG_MCAUSE, cause)
-            uc.reg_write(rv.UC_RISCV_REG_PC, self._vector(cause))
+            self._rw(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP)
+            self._rw(rv.UC_RISCV_REG_MCAUSE, cause)
+            self._rw(rv.UC_RISCV_REG_PC, self._vector(cause))
             self.traps += 1
 
     def _on_csrr_mip(self, uc: Uc, address: int, size: int, rd: int) -> None:
-        value = uc.reg_read(rv.UC_RISCV_REG_MIP)
+        value = 0  # unicorn's own MEIP/MTIP/MSIP never rise; the rest stays 0 on one hart
         if self.plic.best():
             value |= MIE_MEIE
         if self._mtime() >= self.clint.mtimecmp():
@@ -258,8 +352,8 @@ class Core:
         if self.clint.msip():
             value |= MIE_MSIE
         if rd:
-            uc.reg_write(rv.UC_RISCV_REG_X0 + rd, value)
-        uc.reg_write(rv.UC_RISCV_REG_PC, address + 4)
+            self._rw(rv.UC_RISCV_REG_X0 + rd, value)
+        self._rw(rv.UC_RISCV_REG_PC, address + 4)
 
     # ------------------------------------------------------------------ running
     def link_baud(self) -> float | None:
@@ -278,14 +372,13 @@ class Core:
         t = t_end
         uart = self.rx_uart
         if uart is not None:
-            room = uart.room()
-            batch = max(1, min(room, RX_BATCH))
+            batch = max(1, uart.room())
             pending = self.board.to_board.pending()
             if pending:
                 arrival = self.board.to_board.arrival_of(min(batch, pending))
                 if arrival is not None and arrival < t:
                     t = arrival
-        if self.uc.reg_read(rv.UC_RISCV_REG_MIE) & MIE_MTIE and self.cpu_hz:
+        if self._rr(rv.UC_RISCV_REG_MIE) & MIE_MTIE and self.cpu_hz:
             due = self._mtime_t0 + (self.clint.mtimecmp() - self._mtime_base) * 50 / self.cpu_hz
             if self.board.now < due < t:
                 t = due
@@ -298,39 +391,155 @@ class Core:
         self._halt_reason = ""
         while board.now < t_end and board.core is self:
             self._sync_rx()
-            mstatus = uc.reg_read(rv.UC_RISCV_REG_MSTATUS)
+            mstatus = self._rr(rv.UC_RISCV_REG_MSTATUS)
             if mstatus & MSTATUS_MIE:
-                cause = self._pending_cause(uc.reg_read(rv.UC_RISCV_REG_MIE))
+                cause = self._pending_cause(self._rr(rv.UC_RISCV_REG_MIE))
                 if cause:
-                    self._enter_trap(cause, uc.reg_read(rv.UC_RISCV_REG_PC))
+                    self._enter_trap(cause, self._rr(rv.UC_RISCV_REG_PC))
             t_stop = self._next_event(t_end)
             hz = self.cpu_hz
             count = min(MAX_SLICE, max(MIN_SLICE, int((t_stop - board.now) * hz)))
             self._stall = 0.0
             self._skip = None
-            pc = uc.reg_read(rv.UC_RISCV_REG_PC)
+            self._idle_hit = False
+            self._head_visits = 0
+            marks = (self._mmio_count, self.traps)
+            pc = self._rr(rv.UC_RISCV_REG_PC)
             try:
                 uc.emu_start(pc, _UNTIL, count=count)
             except UcError as exc:
-                pc = uc.reg_read(rv.UC_RISCV_REG_PC)
-                board._halt(f"{exc} at 0x{pc:08x}")
+                pc = self._rr(rv.UC_RISCV_REG_PC)
+                board.halt(f"{exc} at 0x{pc:08x}")
                 return
             self.slices += 1
             self.instructions += count
             board.now += count / hz + self._stall
             self._stall = 0.0
+            self._watch_stores(False)
+            if self._suspended:
+                self._resume_heads()
+            if self._error is not None:
+                raise self._error
             if self._halt_reason:
-                board._halt(self._halt_reason)
+                board.halt(self._halt_reason)
                 return
             if self._reset_requested:
                 board.soft_reset()
                 return
-            if self._skip is not None or self._at_wfi():
-                target = self._skip if self._skip is not None else t_end
-                board.now = max(board.now, min(target, self._next_event(t_end)))
+            if self._skip is not None:
+                target = self._skip
+            elif (
+                self._idle_hit
+                or self._at_wfi()
+                or (marks == (self._mmio_count, self.traps) and self._learn_idle_loop())
+            ):
+                target = t_end
+                self.idle_skips += 1
+            else:
+                continue
+            board.now = max(board.now, min(target, self._next_event(t_end)))
+
+    def _watch_stores(self, on: bool) -> None:
+        """Count guest stores to memory while ``on`` (a memory hook slows every store, so
+        it is only installed while a wait loop is being confirmed)."""
+        if on and self._store_hook is None:
+            self._store_hook = self.uc.hook_add(UC_HOOK_MEM_WRITE, self._on_store)
+        elif not on and self._store_hook is not None:
+            self.uc.hook_del(self._store_hook)
+            self._store_hook = None
+
+    def _on_store(
+        self, _uc: Uc, _access: int, address: int, size: int, value: int, _ud: object
+    ) -> None:
+        """Count stores that change memory. Rewriting the value a cell already holds
+        (a flag cleared again, a small memset) leaves the loop's state as it was. The
+        first changing store answers the question: stop watching (the hook is costly)."""
+        off = self.board.sram.offset(address, size)
+        new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+        if off is not None and self.board.sram.data[off : off + size] == new:
+            return
+        self._stores += 1
+        self._watch_stores(False)
+
+    def _learn_idle_loop(self) -> bool:
+        """After a slice without MMIO or traps: is the hart spinning in a wait loop?
+
+        Single-step until a (PC, registers) state repeats with no store that changed
+        memory in between. Then the loop can only be left through memory that an interrupt or a
+        device changes: it is idle. Its PC gets a code hook (:meth:`_on_idle_head`) that
+        recognises the spin cheaply the next times. Loops that count in registers or in
+        memory (delays, computations) are not idle and keep running instruction by
+        instruction.
+        """
+        uc = self.uc
+        seen: dict[tuple[int, bytes], int] = {}
+        self._watch_stores(True)
+        try:
+            for _ in range(IDLE_TRACE):
+                pc = self._rr(rv.UC_RISCV_REG_PC)
+                key = (pc, self._gprs())
+                if key in seen:
+                    if seen[key] != self._stores:
+                        return False
+                    if pc not in self._heads and len(self._heads) < MAX_IDLE_HEADS:
+                        self._heads[pc] = self._hook(pc, self._on_idle_head, None)
+                    return True
+                seen[key] = self._stores
+                try:
+                    uc.emu_start(pc, _UNTIL, count=1)
+                except UcError:
+                    return False
+            return False
+        finally:
+            self._watch_stores(False)
+
+    def _on_idle_head(self, uc: Uc, address: int, size: int, _ud: object) -> None:
+        """At a known wait-loop PC. Two visits with the same registers and no MMIO or trap
+        between them make a candidate; stores are then watched for one more iteration:
+        none -> idle, the slice ends; some -> the loop is busy (e.g. a delay counting in
+        memory), and its hook is suspended for a while so it runs at full speed."""
+        self._head_visits += 1
+        if self._head_visits > HEAD_PATIENCE:  # a loop that keeps working: let it run
+            self._suspend_head(address)
+            return
+        regs = self._gprs()
+        state = (address, self._mmio_count + (self.traps << 40), regs)
+        if state != self._head_state:
+            self._head_state = state
+            self._armed = False
+            self._watch_stores(False)
+            return
+        if not self._armed:
+            self._armed = True
+            self._stores = 0
+            self._watch_stores(True)
+            return
+        self._watch_stores(False)
+        self._head_state = None
+        self._armed = False
+        if self._stores == 0:
+            self._idle_hit = True
+            uc.emu_stop()
+            return
+        self._suspend_head(address)
+
+    def _suspend_head(self, address: int) -> None:
+        self._watch_stores(False)
+        self._head_state = None
+        self._armed = False
+        for handle in self._heads.pop(address, []):
+            uclib.uc_hook_del(self._uch, handle)
+        self._suspended[address] = self.board.now + HEAD_SUSPEND
+
+    def _resume_heads(self) -> None:
+        """Re-arm suspended wait-loop hooks whose suspension time is over."""
+        for pc, until in list(self._suspended.items()):
+            if self.board.now >= until:
+                del self._suspended[pc]
+                self._heads[pc] = self._hook(pc, self._on_idle_head, None)
 
     def _at_wfi(self) -> bool:
-        pc = self.uc.reg_read(rv.UC_RISCV_REG_PC)
+        pc = self._rr(rv.UC_RISCV_REG_PC)
         try:
             insn = self.uc.mem_read(pc - 4, 4)
         except UcError:
@@ -339,11 +548,12 @@ class Core:
 
     def status(self) -> dict[str, Any]:
         return {
-            "pc": self.uc.reg_read(rv.UC_RISCV_REG_PC),
+            "pc": self._rr(rv.UC_RISCV_REG_PC),
             "cpu_hz": self.cpu_hz,
             "instructions": self.instructions,
             "slices": self.slices,
             "traps": self.traps,
+            "idle_skips": self.idle_skips,
             "plic_claims": self.plic.claims,
             "spi3_transactions": self.spi3.transactions,
             "rx_uart": self.rx_uart.name if self.rx_uart is not None else None,

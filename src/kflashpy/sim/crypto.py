@@ -96,7 +96,7 @@ class ShaEngine(RegisterFile):
     def _publish(self) -> None:
         digest = struct.pack(">8I", *self._state)
         for i in range(8):
-            self.regs[RESULT + 4 * (7 - i) : RESULT + 4 * (8 - i)] = digest[4 * i : 4 * i + 4][::-1]
+            self.regs[RESULT + 4 * (7 - i) : RESULT + 4 * (8 - i)] = digest[4 * i : 4 * i + 4]
         count = self.word(NUM_REG) & 0xFFFF
         self.set_word(NUM_REG, count | (self._done_blocks & 0xFFFF) << 16)
         done = self._done_blocks >= count

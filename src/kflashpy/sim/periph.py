@@ -59,6 +59,13 @@ def merge(old: int, offset: int, size: int, value: int) -> tuple[int, int]:
 PLL0, PLL1, PLL2, PLL_LOCK = 0x08, 0x0C, 0x10, 0x18
 CLK_SEL0, CLK_TH1, SOFT_RESET, PERI_RESET = 0x20, 0x3C, 0x30, 0x34
 PLL_LOCKED = 0x0003_0303  # lock bits of the three PLLs
+# What the mask ROM leaves behind (inferred): stage-2 stubs take one UART byte per
+# interrupt at up to 3 Mbaud on real boards, which needs a CPU clock of hundreds of MHz,
+# and they do not program the PLLs themselves. PLL0 = 26 MHz * 30 = 780 MHz (powered,
+# output enabled), ACLK = PLL0 / 2 = 390 MHz, APB0 = ACLK / 2.
+ROM_PLL0 = 29 << 4 | 1 << 21 | 1 << 25
+ROM_CLK_SEL0 = 1 | 1 << 3
+ROM_CPU_HZ = 390_000_000
 
 
 class Sysctl(RegisterFile):
@@ -69,6 +76,8 @@ class Sysctl(RegisterFile):
         self._clock_changed = on_clock_change
         self._soft_reset = on_soft_reset
         self.peri_reset_hooks: dict[int, Callable[[], None]] = {}
+        self.set_word(PLL0, ROM_PLL0)
+        self.set_word(CLK_SEL0, ROM_CLK_SEL0)
 
     def read(self, offset: int, size: int) -> int:
         if offset & ~3 == PLL_LOCK:
@@ -217,8 +226,10 @@ class Plic:
             irq = offset >> 2
             if irq < len(self.priority):
                 self.priority[irq] = value & 7
+                self._order = None
         elif 0x2000 <= offset < 0x200C:
             self.enable[(offset - 0x2000) >> 2] = value & 0xFFFF_FFFF
+            self._order = None
         elif offset == 0x20_0000:
             self.threshold = value & 7
         elif offset == 0x20_0004:

@@ -28,11 +28,12 @@ from kflashpy.isp.frames import ROM_MAX_CHUNK, RomOp, Status, parse_request
 from kflashpy.isp.slip import SlipDecoder, encode
 
 from .memory import GENERAL_SRAM_END, ROM_DATA, SRAM_ALIAS, SRAM_BASE, SRAM_SIZE
+from .periph import ROM_CPU_HZ
 
 if TYPE_CHECKING:
     from .board import VirtualBoard
 
-ROM_CLOCK = 26_000_000  # the ROM runs from the 26 MHz oscillator (IN0)
+ROM_CLOCK = ROM_CPU_HZ  # UARTHS runs from the CPU clock the ROM set up
 ISP_BAUD = 115200
 ROM_LATENCY = 30e-6  # frame handling time before the reply starts
 FLASH_BOOT_RATE = 4_000_000  # bytes/s the ROM copies from flash (DIO read + SHA)

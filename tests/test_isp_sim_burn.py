@@ -1,0 +1,173 @@
+"""Burning through the PyPI kflash 1.1.6 flasher running on the virtual K210 (sim://).
+
+Nothing here mocks the client: the simulator runs the real flasher binary on its
+emulated core, and the assertions read the virtual NOR flash.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import kflashpy
+from kflashpy.cli import main
+from kflashpy.errors import InputError, Interrupted, KflashError
+from kflashpy.image.bootimage import wrap_boot_image
+from kflashpy.image.kfpkg import KfpkgEntry, write_kfpkg
+from kflashpy.isp.api import regions_of
+from kflashpy.isp.burn import WriteRegion, burn_on, erase_on
+
+pytest.importorskip("kflashpy.sim.core")
+
+KMODELS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+SIM = "sim://?board=maix-bit"
+#: the baud switch is exercised, below the 1.5 Mbaud the simulator currently mishandles
+BAUD = 921600
+
+
+def _flash_file(tmp_path, size=16 << 20):
+    img = tmp_path / "board.img"
+    img.write_bytes(b"\xff" * size)
+    return img
+
+
+def test_cli_burns_a_kmodel_and_reports_each_region(tmp_path, capsys):
+    model = KMODELS / "v4" / "iris_nncase-v0.2.0-beta4.kmodel"
+    img = _flash_file(tmp_path)
+    url = f"{SIM}&flash={img}"
+    rc = main(
+        [
+            "--json",
+            "-p",
+            url,
+            "-B",
+            "maix-bit",
+            "-b",
+            str(BAUD),
+            "burn",
+            str(model),
+            "--addr",
+            "0x300000",
+        ]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0, doc["error"]
+    (region,) = doc["result"]["regions"]
+    data = model.read_bytes()
+    assert region["status"] == "written" and region["bytes_written"] == len(data)
+    assert doc["result"]["verification"] == "frame-crc"
+    flash = img.read_bytes()
+    assert flash[0x300000 : 0x300000 + len(data)] == data
+    assert flash[0x300000 + len(data) : 0x310000] == b"\xff" * (0x10000 - len(data))
+
+
+def test_kfpkg_burn_erase_and_reboot_into_the_firmware(tmp_path):
+    fw = os.urandom(20000)
+    data = b"\x00" * 0x2000
+    pkg = write_kfpkg(
+        tmp_path / "app.kfpkg",
+        [KfpkgEntry(0, "fw.bin", True, fw), KfpkgEntry(0x200000, "data.bin", False, data)],
+    )
+    plan = kflashpy.plan_burn(kfpkg=pkg)
+    with kflashpy.connect(SIM, board="maix-bit", baud=BAUD) as dev:
+        caps = dev.stage2.capabilities
+        assert {"write", "erase", "chip-erase", "reboot"} <= caps and "read" not in caps
+        result = burn_on(dev, regions_of(plan), reboot=False)
+        assert [r.status for r in result.regions] == ["written", "written"]
+        board = dev.port.sim_board
+        wrapped = wrap_boot_image(fw)
+        assert board.flash.read(0, len(wrapped)) == wrapped
+        assert board.flash.read(0x200000, len(data)) == data
+        assert erase_on(dev, 0x200000, 0x1000) == "erase"
+        assert board.flash.read(0x200000, 0x2000) == b"\xff" * 0x1000 + b"\x00" * 0x1000
+        with pytest.raises(InputError, match="4 KiB sectors"):
+            erase_on(dev, 0x200800, 0x1000)
+        assert dev.reboot() == "command"
+        dev.link.wait(0.5)
+        assert board.stage == "firmware"  # BOOT was released: the ROM booted our image
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        "corrupt=3e-5&drop=2e-5&dir=to_board&seed=1",  # mild: must succeed, with retries
+        "corrupt=2e-2&drop=1e-2&dir=to_host&seed=2",  # harsh on replies: may fail, loudly
+    ],
+)
+def test_faults_never_end_in_success_with_wrong_bytes(faults):
+    payload = os.urandom(48 * 1024)
+    ok = False
+    try:
+        with kflashpy.connect(f"{SIM}&{faults}", board="maix-bit", baud=BAUD) as dev:
+            board = dev.port.sim_board
+            result = burn_on(dev, [WriteRegion(0x3F0000, payload, "p")], reboot=False)
+            # success claimed: the bytes must be exactly right
+            assert result.regions[0].status == "written"
+            assert board.flash.read(0x3F0000, len(payload)) == payload
+            assert dev.link.stats.retries > 0  # the faults hit and were recovered from
+            ok = True
+    except KflashError as e:  # failing loudly is allowed; failing silently is not
+        assert e.exit_code == 1
+    assert ok or faults.startswith("corrupt=2e-2")  # the mild plan must get through
+
+
+def test_disconnect_mid_burn_fails_and_says_what_was_written(capsys):
+    payload = os.urandom(128 * 1024)
+    with (
+        pytest.raises(KflashError) as e,
+        kflashpy.connect(f"{SIM}&disconnect=60000", board="maix-bit", baud=BAUD) as dev,
+    ):
+        burn_on(dev, [WriteRegion(0x300000, payload, "model")], reboot=False)
+    assert e.value.exit_code == 1
+    assert "model:" in e.value.hint and "acknowledged before the failure" in e.value.hint
+
+
+def test_ctrl_c_stops_at_a_frame_boundary_and_reports():
+    payload = os.urandom(128 * 1024)
+    regions = [WriteRegion(0x300000, payload, "model"), WriteRegion(0x400000, b"x" * 10, "tail")]
+
+    def stop_after_first_frame(ev):
+        if ev.stage == "write" and ev.done >= 0x10000:
+            raise KeyboardInterrupt
+
+    with kflashpy.connect(SIM, board="maix-bit", baud=BAUD) as dev:
+        with pytest.raises(Interrupted) as e:
+            burn_on(dev, regions, reboot=False, progress=stop_after_first_frame)
+        assert "cut short: model (65536 of 131072 B" in e.value.message
+        assert "not touched: tail" in e.value.message
+        dev.stage2.greet()  # the board is idle and answering
+        assert dev.port.sim_board.flash.read(0x300000, 0x10000) == payload[:0x10000]
+
+
+def test_cli_kfpkg_burn_leaves_exact_bytes(tmp_path, capsys):
+    fw = os.urandom(30000)
+    data = os.urandom(7000)
+    pkg = write_kfpkg(
+        tmp_path / "app.kfpkg",
+        [KfpkgEntry(0, "fw.bin", True, fw), KfpkgEntry(0x300000, "m.bin", False, data)],
+    )
+    img = _flash_file(tmp_path)
+    url = f"{SIM}&flash={img}"
+    assert (
+        main(
+            [
+                "-p",
+                url,
+                "-B",
+                "maix-bit",
+                "-b",
+                str(BAUD),
+                "--no-progress",
+                "burn",
+                str(pkg),
+                "--no-reboot",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "app.kfpkg:fw.bin @0x00000000: written" in out and "per-frame CRC-32 only" in out
+    flash = img.read_bytes()
+    wrapped = wrap_boot_image(fw)
+    assert flash[: len(wrapped)] == wrapped and flash[0x300000 : 0x300000 + len(data)] == data

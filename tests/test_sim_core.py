@@ -1,0 +1,251 @@
+"""The emulated core: programs uploaded through the ROM run on unicorn with trap entry,
+PLIC interrupts and the UART/SPI3 models; the PyPI kflash stub burns flash (sim-core)."""
+
+from __future__ import annotations
+
+import binascii
+import re
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+import serial
+
+from kflashpy.isp.frames import build_request, legacy_short_request
+from kflashpy.isp.slip import SlipDecoder, encode
+from kflashpy.sim.memory import SRAM_BASE
+
+pytest.importorskip("unicorn")
+if "kflashpy.sim" not in serial.protocol_handler_packages:
+    serial.protocol_handler_packages.append("kflashpy.sim")
+
+T0, T1, T2, T3, T4, T5, T6, A0 = 5, 6, 7, 28, 29, 30, 31, 10
+MTVEC, MIE, MSTATUS, MCAUSE, MEPC = 0x305, 0x304, 0x300, 0x342, 0x341
+
+
+# --------------------------------------------------------------------------- a tiny assembler
+def i_type(op: int, rd: int, f3: int, rs1: int, imm: int) -> int:
+    return (imm & 0xFFF) << 20 | rs1 << 15 | f3 << 12 | rd << 7 | op
+
+
+def addi(rd: int, rs1: int, imm: int) -> int:
+    return i_type(0x13, rd, 0, rs1, imm)
+
+
+def lw(rd: int, rs1: int, imm: int) -> int:
+    return i_type(0x03, rd, 2, rs1, imm)
+
+
+def sw(rs2: int, rs1: int, imm: int) -> int:
+    return (imm >> 5 & 0x7F) << 25 | rs2 << 20 | rs1 << 15 | 2 << 12 | (imm & 0x1F) << 7 | 0x23
+
+
+def lui(rd: int, imm20: int) -> int:
+    return (imm20 & 0xFFFFF) << 12 | rd << 7 | 0x37
+
+
+def auipc(rd: int) -> int:
+    return rd << 7 | 0x17
+
+
+def csrrw(rd: int, csr: int, rs1: int) -> int:
+    return i_type(0x73, rd, 1, rs1, csr)
+
+
+def csrrs(rd: int, csr: int, rs1: int) -> int:
+    return i_type(0x73, rd, 2, rs1, csr)
+
+
+def csrrsi(csr: int, uimm: int) -> int:
+    return i_type(0x73, 0, 6, uimm, csr)
+
+
+def jal(rd: int, offset: int) -> int:
+    o = offset & 0x1FFFFF
+    return (
+        (o >> 20 & 1) << 31
+        | (o >> 1 & 0x3FF) << 21
+        | (o >> 11 & 1) << 20
+        | (o >> 12 & 0xFF) << 12
+        | rd << 7
+        | 0x6F
+    )
+
+
+ECALL, MRET, WFI = 0x73, 0x3020_0073, 0x1050_0073
+
+
+def program(*words: int) -> bytes:
+    return b"".join(struct.pack("<I", w & 0xFFFF_FFFF) for w in words)
+
+
+# --------------------------------------------------------------------------- host helpers
+def open_isp() -> serial.SerialBase:
+    port = serial.serial_for_url("sim://?board=maix-bit&timing=instant", baudrate=115200)
+    port.timeout = 0.1
+    port.dtr, port.rts = False, True  # RTS = RESET held, IO16 high
+    port.read(4096)
+    port.rts, port.dtr = False, True  # release RESET with IO16 low
+    port.read(4096)
+    port.reset_input_buffer()
+    assert port.sim_board.stage == "isp"
+    return port
+
+
+def reply(port: serial.SerialBase, timeout: float = 1.0) -> bytes | None:
+    dec = SlipDecoder()
+    board = port.sim_board
+    deadline = board.now + timeout
+    port.timeout = 0.01
+    while board.now < deadline:
+        frames = dec.feed(port.read(64))
+        if frames:
+            return frames[0]
+    return None
+
+
+def upload_and_boot(port: serial.SerialBase, image: bytes, entry: int = SRAM_BASE) -> None:
+    for off in range(0, len(image), 1024):
+        port.write(encode(build_request(0xC3, entry + off, image[off : off + 1024])))
+        assert reply(port) == b"\xc3\xe0"
+    port.write(encode(build_request(0xC5, entry)))
+
+
+def read_for(port: serial.SerialBase, seconds: float) -> bytes:
+    port.timeout = seconds
+    return port.read(4096)
+
+
+# --------------------------------------------------------------------------- own programs
+def test_polled_uarths_output() -> None:
+    port = open_isp()
+    code = program(
+        lui(T0, 0x38000),
+        addi(T1, 0, ord("O")),
+        sw(T1, T0, 0),
+        addi(T1, 0, ord("K")),
+        sw(T1, T0, 0),
+        jal(0, 0),
+    )
+    upload_and_boot(port, code)
+    assert read_for(port, 0.01) == b"OK"
+    status = port.sim_board.status()
+    assert status["stage"] == "core" and status["core"]["tx_uart"] == "uarths"
+    assert status["core"]["idle_skips"] > 0  # "j ." is recognised as idle
+
+
+def test_ecall_trap_entry() -> None:
+    port = open_isp()
+    code = program(
+        auipc(T0),  # 0x00
+        addi(T0, T0, 0x14),  # 0x04: handler at 0x14
+        csrrw(0, MTVEC, T0),  # 0x08
+        ECALL,  # 0x0C
+        jal(0, 0),  # 0x10
+        lui(T0, 0x38000),  # 0x14 handler
+        addi(T1, 0, ord("T")),
+        sw(T1, T0, 0),
+        jal(0, 0),
+    )
+    upload_and_boot(port, code)
+    assert read_for(port, 0.01) == b"T"
+    core = port.sim_board.core
+    from unicorn import riscv_const as rv
+
+    assert core.uc.reg_read(rv.UC_RISCV_REG_MCAUSE) == 11
+    assert core.uc.reg_read(rv.UC_RISCV_REG_MEPC) == SRAM_BASE + 0x0C
+    assert core.uc.reg_read(rv.UC_RISCV_REG_MSTATUS) & 0x1800 == 0x1800  # MPP = M
+
+
+def test_interrupt_driven_echo_through_plic() -> None:
+    port = open_isp()
+    code = program(
+        auipc(T0),  # 0x00
+        addi(T0, T0, 0x50),  # handler at 0x50
+        csrrw(0, MTVEC, T0),
+        lui(T1, 0x0C000),  # PLIC priorities
+        addi(T2, 0, 1),
+        sw(T2, T1, 4 * 33),  # priority[33] (UARTHS) = 1
+        lui(T3, 0x0C002),
+        addi(T2, 0, 2),
+        sw(T2, T3, 4),  # enable bit 33
+        lui(T4, 0x0C200),
+        sw(0, T4, 0),  # threshold 0
+        lui(A0, 0x38000),
+        addi(T2, 0, 2),
+        sw(T2, A0, 0x10),  # UARTHS ie.rxwm
+        addi(T2, 0, 0x7FF),
+        addi(T2, T2, 1),  # 0x800 = MEIE
+        csrrs(0, MIE, T2),
+        csrrsi(MSTATUS, 8),  # MIE
+        WFI,  # 0x48
+        jal(0, -4),  # 0x4C
+        lw(T5, T4, 4),  # 0x50 handler: claim
+        lw(T6, A0, 4),  # rxdata
+        sw(T6, A0, 0),  # echo
+        sw(T5, T4, 4),  # complete
+        MRET,
+    )
+    upload_and_boot(port, code)
+    read_for(port, 0.01)
+    port.write(b"hello, K210")
+    assert read_for(port, 0.01) == b"hello, K210"
+    core = port.sim_board.core
+    assert core.plic.claims == 11 and core.traps == 11
+
+
+# --------------------------------------------------------------------------- the PyPI kflash stub
+def kflash_stub() -> bytes:
+    """The PyPI kflash 1.1.6 stage-2, decoded at test time from the installed module."""
+    kflash = pytest.importorskip("kflash")
+    text = Path(kflash.__file__).read_text()
+    found = re.search(r"ISP_PROG = '([0-9a-f]+)'", text)
+    assert found, "kflash module without an embedded stub"
+    return zlib.decompress(binascii.unhexlify(found.group(1)))
+
+
+def frame(op: int, address: int = 0, data: bytes = b"", data_len: int | None = None) -> bytes:
+    return encode(build_request(op, address, data, data_len))
+
+
+def test_kflash_stub_greets_inits_writes_and_changes_baud() -> None:
+    port = open_isp()
+    board = port.sim_board
+    upload_and_boot(port, kflash_stub())
+    read_for(port, 0.2)  # the stub starts (and prints nothing on UART3 before the greeting)
+    port.write(encode(legacy_short_request(0xD2)))
+    assert reply(port) == b"\xd2\xe0"
+    assert board.status()["core"]["rx_uart"] == "uart3"
+    port.write(frame(0xD7, 1, data_len=0))
+    assert reply(port, 3) == b"\xd7\xe0"
+    data = bytes((i * 7 + 3) & 0xFF for i in range(4096))
+    port.write(frame(0xD4, 0x1000, data))
+    assert reply(port, 30) == b"\xd4\xe0"
+    assert board.flash.read(0x1000, 4096) == data
+    assert board.flash.read(0, 0x1000) == b"\xff" * 0x1000  # the rest of the block kept
+    # 0xD6: the stub reprograms UART3; a host staying at 115200 gets garbage or nothing
+    port.write(frame(0xD6, 0, struct.pack("<I", 1_500_000)))
+    read_for(port, 0.05)
+    port.write(encode(legacy_short_request(0xD2)))
+    assert reply(port, 0.2) is None
+    port.baudrate = 1_500_000
+    port.write(encode(legacy_short_request(0xD2)))
+    assert reply(port) == b"\xd2\xe0"
+    assert board.board_baud() == pytest.approx(1_500_000, rel=0.02)
+
+
+def test_kflash_stub_reboot_is_a_soft_reset() -> None:
+    port = open_isp()
+    board = port.sim_board
+    upload_and_boot(port, kflash_stub())
+    read_for(port, 0.2)
+    port.write(encode(legacy_short_request(0xD2)))
+    assert reply(port) == b"\xd2\xe0"
+    # 0xD5: the stub counts down a delay loop in memory (1.3 M iterations), then
+    # soft-resets the SoC; IO16 is low (DTR asserted) -> back in the ROM
+    port.write(encode(legacy_short_request(0xD5)))
+    assert reply(port) == b"\xd5\xe0"
+    assert board.stage == "core"
+    read_for(port, 0.5)
+    assert board.stage == "isp" and board.resets >= 2

@@ -1,0 +1,146 @@
+"""Peripheral models of the virtual K210 in isolation (sim-core)."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import pytest
+
+from kflashpy.sim.crypto import ShaEngine
+from kflashpy.sim.flash import NorFlash
+from kflashpy.sim.periph import CLK_SEL0, PLL0, PLL_LOCK, Plic, Sysctl
+from kflashpy.sim.spi3 import Spi3
+from kflashpy.sim.uarts import DwUart, Uarths
+from kflashpy.sim.wire import Wire, baud_mismatch
+
+
+def sysctl() -> Sysctl:
+    return Sysctl(lambda: None, lambda: None)
+
+
+def test_sysctl_pll_formula_and_lock() -> None:
+    s = sysctl()
+    assert s.cpu_hz() == 390_000_000  # as the ROM leaves it
+    s.write(CLK_SEL0, 4, 0)
+    assert s.cpu_hz() == 26_000_000  # ACLK from IN0
+    # PLL0 = 26 MHz / (clkr+1) * (clkf+1) / (clkod+1) with clkr=0, clkf=31, clkod=0
+    s.write(PLL0, 4, 31 << 4)
+    s.write(CLK_SEL0, 4, 1)  # ACLK from PLL0, divider 2
+    assert s.pll_hz(PLL0) == 26_000_000 * 32
+    assert s.cpu_hz() == 26_000_000 * 16
+    s.write(CLK_SEL0, 1, 1 | 1 << 3)  # byte store: APB0 = ACLK / 2
+    assert s.apb0_hz() == 26_000_000 * 8
+    assert s.read(PLL_LOCK, 4) & 0x30303 == 0x30303
+
+
+def test_dw_uart_fractional_divisor_and_ptime() -> None:
+    sent: list[int] = []
+    u = DwUart("uart3", lambda: 26_000_000, lambda name, b: sent.append(b))
+    divisor = 26_000_000 // 115200  # 225 -> DLH 0, DLL 14, DLF 1
+    u.write(0x0C, 4, 0x80)  # DLAB
+    u.write(0x00, 4, (divisor & 0xFFF) // 16)
+    u.write(0x04, 4, divisor >> 12)
+    u.write(0xC0, 4, divisor % 16)
+    u.write(0x0C, 4, 0x03)
+    assert u.baud() == pytest.approx(26_000_000 / 225)
+    assert u.read(0x14, 4) & 0x20  # classic THRE
+    u.write(0x04, 4, 0x81)  # ERBFI | PTIME: bit 5 now means "TX FIFO full"
+    assert not u.read(0x14, 4) & 0x20
+    u.write(0x00, 4, 0x41)
+    assert sent == [0x41]
+    assert not u.irq()
+    u.receive(b"xy")
+    assert u.irq() and u.read(0x08, 4) & 0xF == 0x4 and u.read(0x14, 4) & 1
+    assert u.read(0x00, 4) == ord("x") and u.read(0x00, 4) == ord("y")
+    u.receive(b"z" * 40)
+    assert u.overruns == 40 - u.fifo_depth
+
+
+def test_uarths_divisor_and_rx_watermark() -> None:
+    u = Uarths(lambda: 26_000_000, lambda name, b: None, div=224)
+    assert u.baud() == pytest.approx(26_000_000 / 225)
+    assert u.read(0x04, 4) == 0x8000_0000  # empty
+    u.write(0x10, 4, 2)  # ie.rxwm
+    u.receive(b"a")
+    assert u.irq() and u.read(0x04, 4) == ord("a") and not u.irq()
+
+
+def test_plic_claim_complete_and_threshold() -> None:
+    plic = Plic()
+    level = {"on": True}
+    plic.sources[13] = lambda: level["on"]
+    plic.sources[33] = lambda: True
+    assert plic.read(0x20_0004, 4) == 0  # nothing enabled
+    plic.write(4 * 13, 4, 1)
+    plic.write(4 * 33, 4, 2)
+    plic.write(0x2000, 4, 1 << 13)
+    plic.write(0x2004, 4, 1 << 1)
+    assert plic.read(0x20_0004, 4) == 33  # higher priority first
+    assert plic.read(0x20_0004, 4) == 13  # 33 is in service
+    assert plic.read(0x20_0004, 4) == 0
+    plic.write(0x20_0004, 4, 13)
+    plic.write(0x20_0000, 4, 1)  # threshold 1 masks priority-1 sources
+    assert plic.best() == 0
+    plic.write(0x20_0000, 4, 0)
+    level["on"] = False
+    assert plic.best() == 0
+
+
+def spi(flash: NorFlash) -> Spi3:
+    return Spi3(flash, lambda: 0.0, lambda: 26_000_000.0, lambda s: None, lambda t: None)
+
+
+def test_spi3_eeprom_read_and_tx_program() -> None:
+    flash = NorFlash(size=1 << 20, timing="instant")
+    bus = spi(flash)
+    # EEPROM mode JEDEC ID: cmd pushed before SER, 3 bytes received on demand
+    bus.write(0x00, 4, 7 | 3 << 10)
+    bus.write(0x04, 4, 2)
+    bus.write(0x08, 4, 1)
+    bus.write(0x60, 4, 0x9F)
+    bus.write(0x10, 4, 1)
+    assert bus.read(0x24, 4) == 3
+    assert [bus.read(0x60, 4) for _ in range(3)] == list(flash.jedec_id)
+    bus.write(0x10, 4, 0)
+    bus.write(0x08, 4, 0)
+    # TX-only: WREN, then page program of 36 FIFO entries (more than the FIFO depth)
+    for frames in ([0x06], [0x02, 0, 0x10, 0] + list(range(32))):
+        bus.write(0x00, 4, 7 | 1 << 10)
+        bus.write(0x08, 4, 1)
+        for f in frames:
+            bus.write(0x60, 4, f)
+        bus.write(0x10, 4, 1)
+        assert bus.read(0x28, 4) & 0x05 == 0x04  # TFE, not busy
+        bus.write(0x10, 4, 0)
+        bus.write(0x08, 4, 0)
+    assert flash.read(0x1000, 32) == bytes(range(32))
+
+
+def test_sha_engine_matches_hashlib() -> None:
+    message = b"kflashpy virtual K210" * 7
+    padded = (
+        message + b"\x80" + bytes(-(len(message) + 9) % 64) + struct.pack(">Q", 8 * len(message))
+    )
+    sha = ShaEngine()
+    sha.write(0x28, 4, len(padded) // 64)
+    sha.write(0x2C, 4, 1 | 1 << 16)  # enable, memory byte order
+    assert not sha.read(0x2C, 4) & 1
+    for (word,) in struct.iter_unpack("<I", padded):
+        sha.write(0x20, 4, word)
+    assert sha.read(0x2C, 4) & 1
+    digest = b"".join(sha.read(4 * (7 - i), 4).to_bytes(4, "little") for i in range(8))
+    assert digest == hashlib.sha256(message).digest()
+
+
+def test_wire_timing_and_garbage() -> None:
+    w = Wire(seed=1)
+    end = w.send(b"abcd", 0.0, 115200)
+    assert end == pytest.approx(4 * 10 / 115200)
+    assert w.receive(end / 2, 115200) == [(pytest.approx(2 * 10 / 115200), b"ab")]
+    assert w.receive(end, 115200)[0][1] == b"cd"
+    assert not baud_mismatch(115200, 115555) and baud_mismatch(115200, 1_500_000)
+    w.send(b"hello" * 10, end, 115200)
+    chunks = w.receive(1.0, 1_500_000)
+    assert b"hello" not in b"".join(c for _, c in chunks)
+    assert w.bytes_garbled > 50
