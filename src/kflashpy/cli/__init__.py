@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     session = Session()
     args = sys.argv[1:] if argv is None else list(argv)
     session.json = "--json" in args  # known before parsing, for errors raised while parsing
+    # --help prints text and stops: an envelope after it would break "one JSON document"
+    help_requested = bool({"-h", "--help"} & set(args))
     status, error = 0, None
     try:
         cli.main(args=args, prog_name="kflashpy", standalone_mode=False, obj=session)
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if session.verbose:
             traceback.print_exc()
-    if session.json:
+    if session.json and not (help_requested and status == 0):
         click.echo(_envelope(session, status, error))
     elif error is not None:
         session.echo(session.style("error: ", fg="red", bold=True) + error["message"], err=True)

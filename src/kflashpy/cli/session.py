@@ -74,9 +74,9 @@ class Session:
             self.echo(text, err=True)
 
     def warn(self, text: str) -> None:
-        """A warning: stderr in human mode, collected into the envelope with --json."""
+        """A warning: stderr in human mode (not with -q), collected into the --json envelope."""
         self.warnings.append(text)
-        if not self.json:
+        if not self.json and not self.quiet:
             self.echo(self.style("warning: ", fg="yellow") + text, err=True)
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
