@@ -16,6 +16,10 @@ environment (in ~/.cache/kflashpy/bench-nncase19, reused afterwards) with ``uv``
 ``numpy<2`` with pip, and times ``nncase.Simulator.run`` there. When no CPython 3.10
 can be found or the install fails, it says so and skips part 2.
 
+``--threads N`` sets the BLAS thread variables before NumPy loads. Without it BLAS keeps
+its default, but runs of models with a big KPU layer still use one BLAS thread: the
+runtime caps it around each run (``kflashpy.runtime.model.single_thread_blas``).
+
 Prints plain tables; nothing is asserted (performance targets are not tests).
 """
 

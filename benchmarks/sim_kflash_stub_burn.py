@@ -43,6 +43,7 @@ def main() -> None:
     ap.add_argument("--size", default="1M", help="bytes to burn (default 1M)")
     ap.add_argument("--baud", type=int, default=1_500_000, help="stage-2 baud (0xD6)")
     ap.add_argument("--timing", default="typical", help="flash timing profile")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print a line per frame")
     args = ap.parse_args()
     size = parse_int(args.size, "size")
 
@@ -74,13 +75,17 @@ def main() -> None:
 
     def mark(stage: str) -> None:
         nonlocal wall, cpu, virt
-        rows.append((stage, time.perf_counter() - wall, time.process_time() - cpu, board.now - virt))
+        rows.append(
+            (stage, time.perf_counter() - wall, time.process_time() - cpu, board.now - virt)
+        )
         wall, cpu, virt = time.perf_counter(), time.process_time(), board.now
 
     assert request(legacy_short_request(0xC2)) == b"\xc2\xe0"
     stub = kflash_stub()
     for off in range(0, len(stub), 1024):
-        assert request(build_request(0xC3, 0x8000_0000 + off, stub[off : off + 1024])) == b"\xc3\xe0"
+        assert (
+            request(build_request(0xC3, 0x8000_0000 + off, stub[off : off + 1024])) == b"\xc3\xe0"
+        )
     port.write(encode(build_request(0xC5, 0x8000_0000)))
     port.timeout = 0.1
     port.read(4096)
@@ -98,6 +103,10 @@ def main() -> None:
     for off in range(0, size, 65536):
         answer = request(build_request(0xD4, off, data[off : off + 65536]), 90)
         assert answer == b"\xd4\xe0", answer
+        if args.verbose:
+            print(
+                f"  0x{off:06x}: {time.process_time() - cpu:.1f} s cpu, {board.now - virt:.2f} s virtual"
+            )
     mark(f"write {size} bytes")
     ok = board.flash.read(0, size) == data
     print(f"{'stage':34} {'wall s':>8} {'cpu s':>8} {'virtual s':>10}")

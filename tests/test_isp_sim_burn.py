@@ -84,32 +84,32 @@ def test_kfpkg_burn_erase_and_reboot_into_the_firmware(tmp_path):
         with pytest.raises(InputError, match="4 KiB sectors"):
             erase_on(dev, 0x200800, 0x1000)
         assert dev.reboot() == "command"
-        dev.link.wait(0.5)
-        assert board.stage == "firmware"  # BOOT was released: the ROM booted our image
+        for _ in range(50):  # BOOT was released: the ROM boots our image from flash
+            if board.stage == "firmware":
+                break
+            dev.link.wait(0.01)
+        assert board.stage == "firmware" and board.boot_result.ok
 
 
 @pytest.mark.parametrize(
     "faults",
     [
-        "corrupt=3e-5&drop=2e-5&dir=to_board&seed=1",  # mild: must succeed, with retries
-        "corrupt=2e-2&drop=1e-2&dir=to_host&seed=2",  # harsh on replies: may fail, loudly
+        "corrupt=1e-5&drop=5e-6&dir=to_board&seed=4",  # hits the 48 KiB write frame
+        "corrupt=2e-2&drop=1e-2&dir=to_host&seed=2",  # hits the replies
     ],
 )
-def test_faults_never_end_in_success_with_wrong_bytes(faults):
+def test_faults_are_recovered_without_silent_corruption(faults):
+    """Seeded faults that hit: the burn recovers (resends after a barrier), and its
+    claim of success is checked against the flash itself."""
     payload = os.urandom(48 * 1024)
-    ok = False
-    try:
-        with kflashpy.connect(f"{SIM}&{faults}", board="maix-bit", baud=BAUD) as dev:
-            board = dev.port.sim_board
-            result = burn_on(dev, [WriteRegion(0x3F0000, payload, "p")], reboot=False)
-            # success claimed: the bytes must be exactly right
-            assert result.regions[0].status == "written"
-            assert board.flash.read(0x3F0000, len(payload)) == payload
-            assert dev.link.stats.retries > 0  # the faults hit and were recovered from
-            ok = True
-    except KflashError as e:  # failing loudly is allowed; failing silently is not
-        assert e.exit_code == 1
-    assert ok or faults.startswith("corrupt=2e-2")  # the mild plan must get through
+    with kflashpy.connect(f"{SIM}&{faults}", board="maix-bit", baud=BAUD) as dev:
+        board = dev.port.sim_board
+        result = burn_on(dev, [WriteRegion(0x3F0000, payload, "p")], reboot=False)
+        hit = board.status()["faults"]
+        assert sum(v for k, v in hit.items() if k.endswith(("corrupted", "dropped"))) > 0
+        assert dev.link.stats.retries > 0
+        assert result.regions[0].status == "written"
+        assert board.flash.read(0x3F0000, len(payload)) == payload
 
 
 def test_disconnect_mid_burn_fails_and_says_what_was_written(capsys):

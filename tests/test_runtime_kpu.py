@@ -311,10 +311,16 @@ def test_round_shift_rules_differ_on_negative_values() -> None:
 
 
 def _layer_with(
-    rng: random.Random, ic: int, oc: int, hw: tuple[int, int], mul_bits: int = 4, **regs
+    rng: random.Random,
+    ic: int,
+    oc: int,
+    hw: tuple[int, int],
+    mul_bits: int = 4,
+    bn_shift: int = 15,
+    **regs,
 ):
     """A 3x3 layer over (ic, *hw) at row 0 -> row 200 with the given register values
-    (BN multipliers below 2**mul_bits, shift 15)."""
+    (BN multipliers below 2**mul_bits, BN shift bn_shift)."""
     h, w = hw
     f = dict(depthwise=0, src=0, dst=200, ic=ic, oc=oc, iw=w, ih=h, ow=w, oh=h, ktype=1,
              pool=0, pad=rng.randrange(256), shr_w=8, arg_w=rng.randrange(-999, 999),
@@ -323,12 +329,34 @@ def _layer_with(
     weights = bytes(rng.randrange(256) for _ in range(oc * ic * 9 // (ic if f["depthwise"] else 1)))
     bn = b"".join(
         struct.pack(
-            "<Q", rng.randrange(1, 16) | ((rng.randrange(512) & 0xFFFFFFFF) << 24) | 15 << 56
+            "<Q",
+            rng.randrange(1, 1 << mul_bits)
+            | ((rng.randrange(512) & 0xFFFFFFFF) << 24)
+            | bn_shift << 56,
         )
         for _ in range(oc)
     )
     act = act_table(rng, sorted(rng.sample(range(-(1 << 20), 1 << 20), 15)))
     return f, pack_regs(f), weights, bn, act
+
+
+def _input_at_row0(rng: random.Random, ic: int, hw: tuple[int, int]):
+    """A random (1, ic, *hw) u8 input and a scalar-reference KPU RAM holding it at row 0."""
+    x = np.array([rng.randrange(256) for _ in range(ic * hw[0] * hw[1])], np.uint8)
+    x = x.reshape(1, ic, *hw)
+    ram = bytearray(kpu.KPU_RAM_SIZE)
+    for c in range(ic):
+        for y in range(hw[0]):
+            for xx in range(hw[1]):
+                ram[ref_address(c, y, xx, *hw)] = x[0, c, y, xx]
+    return x, ram
+
+
+def _map_at_row200(ram: bytearray, c: int, h: int, w: int) -> np.ndarray:
+    """The (1, c, h, w) map the scalar reference left at KPU row 200."""
+    flat = [ram[200 * 64 + ref_address(ci, y, xx, h, w)]
+            for ci in range(c) for y in range(h) for xx in range(w)]  # fmt: skip
+    return np.array(flat, np.uint8).reshape(1, c, h, w)
 
 
 @pytest.mark.parametrize(
@@ -367,18 +395,9 @@ def test_conv_arithmetic_paths_match_scalar_reference(
     ic, oc, hw, path = regs.pop("ic"), regs.pop("oc"), regs.pop("hw"), regs.pop("path")
     layer = _layer_with(rng, ic, oc, hw, **regs)
     f = layer[0]
-    x = np.array([rng.randrange(256) for _ in range(ic * hw[0] * hw[1])], np.uint8)
-    x = x.reshape(1, ic, *hw)
-    ram = bytearray(kpu.KPU_RAM_SIZE)
-    for c in range(ic):
-        for y in range(hw[0]):
-            for xx in range(hw[1]):
-                ram[ref_address(c, y, xx, *hw)] = x[0, c, y, xx]
+    x, ram = _input_at_row0(rng, ic, hw)
     ref_layer(ram, *layer[1:], kpu.TieRules())
-    expect = np.array(
-        [ram[200 * 64 + ref_address(c, y, xx, *hw)] for c in range(f["oc"]) for y in range(hw[0])
-         for xx in range(hw[1])], np.uint8
-    ).reshape(1, f["oc"], *hw)  # fmt: skip
+    expect = _map_at_row200(ram, f["oc"], *hw)
     model = load(build_v3([layer], int(expect.size)))
     conv = next(iter(model._convs.values()))
     taps = conv.weights[0].size
@@ -411,31 +430,25 @@ def test_monotone_activation_fast_paths_match_scalar_reference(seed: int, rules)
     rng = random.Random(seed)
     ic, hw = rng.randrange(1, 5), (rng.choice([4, 6, 8]), rng.choice([8, 16, 20, 40]))
     pool_type = [0, 1, 5, 9, 2, 6, 0, 3][seed]
-    # odd seeds: BN values spread over more than 2**16 (coarse bins wider than 1 value,
-    # so the lookup's comparison steps decide ties)
-    layer = _layer_with(rng, ic, rng.randrange(1, 5), hw, 13 if seed % 2 else 4, pool=pool_type,
+    # odd seeds: activation thresholds spread over more than 2**16 BN values (coarse bins
+    # wider than one value, so the lookup's comparison steps decide); seeds 3 and 7: BN
+    # shift 0, so BN values fall exactly on thresholds inside those bins (ties)
+    mul_bits, bn_shift, act_shift = [(4, 15, 1), (4, 15, 12), (2, 0, 16)][
+        seed % 2 + (seed % 4 == 3)
+    ]
+    layer = _layer_with(rng, ic, rng.randrange(1, 5), hw, mul_bits, bn_shift, pool=pool_type,
                         arg_x=-rng.randrange(200) << 15, shr_x=15)  # fmt: skip
     f, regs, weights, bn, _act = layer
     _, stride = kpu.POOL_GEOMETRY[pool_type]
     f["oh"], f["ow"] = hw[0] // stride, hw[1] // stride
     regs = pack_regs(f)
-    x = np.array([rng.randrange(256) for _ in range(ic * hw[0] * hw[1])], np.uint8)
-    x = x.reshape(1, ic, *hw)
-    ram = bytearray(kpu.KPU_RAM_SIZE)
-    for c in range(ic):
-        for y in range(hw[0]):
-            for xx in range(hw[1]):
-                ram[ref_address(c, y, xx, *hw)] = x[0, c, y, xx]
+    x, ram = _input_at_row0(rng, ic, hw)
     seen: list[int] = []
     ref_layer(bytearray(ram), regs, weights, bn, _act, rules, seen)
-    act = monotone_act(rng, sorted(rng.sample(sorted(set(seen)), 15)), 12 if seed % 2 else 1)
+    act = monotone_act(rng, sorted(rng.sample(sorted(set(seen)), 15)), act_shift)
     layer = (f, regs, weights, bn, act)
     ref_layer(ram, regs, weights, bn, act, rules)
-    oh, ow = f["oh"], f["ow"]
-    expect = np.array(
-        [ram[200 * 64 + ref_address(c, y, xx, oh, ow)] for c in range(f["oc"]) for y in range(oh)
-         for xx in range(ow)], np.uint8
-    ).reshape(1, f["oc"], oh, ow)  # fmt: skip
+    expect = _map_at_row200(ram, f["oc"], f["oh"], f["ow"])
     model = load(build_v3([layer], int(expect.size)))
     conv = next(iter(model._convs.values()))
     look, affine = kpu.step_lookup(conv, rules), kpu.affine_lookup(conv, rules)

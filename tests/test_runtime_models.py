@@ -59,6 +59,19 @@ def test_v5_vectors_do_not_depend_on_tie_rules(name: str) -> None:
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("name", ["tiny1", "tiny2", "tiny3"])
+def test_v5_reused_kpu_ram_is_zero_again_after_each_run(name: str) -> None:
+    """V5 models keep their KPU RAM between runs: every byte a run touched is cleared."""
+    model = load(V5 / f"{name}_k210.kmodel")
+    x = np.load(V5 / f"{name}_input_u8.npy")
+    other = 255 - x
+    (a,), (b,), (c,) = model.run([x]), model.run([other]), model.run([x])
+    assert len(model._rams) == 1 and not model._rams[0].data.any()
+    np.testing.assert_array_equal(a, c)
+    np.testing.assert_array_equal(b, load(V5 / f"{name}_k210.kmodel").run([other])[0])
+    assert not np.array_equal(a, b)
+
+
 @pytest.fixture(scope="module")
 def yolo_run():
     model = load(FIX / "v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel")
@@ -191,3 +204,28 @@ def test_load_flash_word_swapped_model_runs() -> None:
     data += bytes(-len(data) % 4)
     (y,) = load(swap_words(data)).run([IRIS_INPUT])
     np.testing.assert_allclose(y.reshape(-1), IRIS_BOARD, rtol=2e-6, atol=2e-6)
+
+
+def test_runs_cap_blas_threads_and_restore_them(yolo_run, monkeypatch) -> None:
+    """Multi-threaded BLAS spins on busy cores: big models run with one BLAS thread,
+    and the caller's setting is back afterwards."""
+    from threadpoolctl import ThreadpoolController
+
+    blas = ThreadpoolController().select(user_api="blas")
+    if not blas.lib_controllers:
+        pytest.skip("NumPy reports no BLAS library")
+    seen = []
+    real = kpu._matmul
+
+    def spy(layer, cols):
+        seen.append(blas.info()[0]["num_threads"])
+        return real(layer, cols)
+
+    monkeypatch.setattr(kpu, "_matmul", spy)
+    model, x, y = yolo_run
+    with blas.limit(limits=2):
+        before = blas.info()[0]["num_threads"]
+        (again,) = model.run([x])
+        assert blas.info()[0]["num_threads"] == before
+    assert seen and set(seen) == {1}
+    np.testing.assert_array_equal(again, y)

@@ -29,22 +29,14 @@ from simbench import (  # noqa: E402
     write_kfpkg,
 )
 
-#: sim-core's SPI3 model keeps only 32 of the 36 TX frames the stub pushes before SER,
-#: so page programs lose 4 bytes (scratch/sim-io/notes-for-sim-core.md, item 1). Strict:
-#: the test fails once the model is fixed, as a reminder to drop this marker.
-SPI3_DROPS_FRAMES = pytest.mark.xfail(
-    strict=True, reason="SPI3 model drops TX frames queued before SER (sim-core)"
-)
-
 KMODEL = (
     Path(__file__).resolve().parents[2] / "shared/fixtures/kmodels/v3/iris_nncase-v0.1.0-rc5.kmodel"
 )
 MODEL_ADDRESS = 0x300000
-#: the stock stub keeps up with 115200 on the virtual board's default clocks
-BAUD = 115200
+#: kflash changes the stub's UART to this rate after the upload (D6)
+BAUD = 1500000
 
 
-@SPI3_DROPS_FRAMES
 def test_kflash_burns_kmodel_and_firmware(tmp_path: Path) -> None:
     kmodel = KMODEL.read_bytes()
     firmware = firmware_like_payload(6000, seed=7)
@@ -60,7 +52,7 @@ def test_kflash_burns_kmodel_and_firmware(tmp_path: Path) -> None:
     finally:
         server.kill()
     flash = image.read_bytes()
-    assert "Rebooting" in log, log[-3000:]
+    assert "Baudrate changed" in log and "Rebooting" in log, log[-3000:]
     assert flash[MODEL_ADDRESS : MODEL_ADDRESS + len(kmodel)] == kmodel, log[-3000:] + err
     expected = boot_image(firmware, KFLASH_DIO_FLAG)
     assert flash[: len(expected)] == expected

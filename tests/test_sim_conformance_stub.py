@@ -22,13 +22,6 @@ pytest.importorskip("unicorn")
 
 from kflashpy.isp.stubs import KFLASH_116_SHA256, kflash_package_stub  # noqa: E402
 
-#: sim-core's SPI3 model keeps only 32 of the 36 TX frames the stub pushes before SER,
-#: so page programs lose 4 bytes (scratch/sim-io/notes-for-sim-core.md, item 1). Strict:
-#: the test fails once the model is fixed, as a reminder to drop this marker.
-SPI3_DROPS_FRAMES = pytest.mark.xfail(
-    strict=True, reason="SPI3 model drops TX frames queued before SER (sim-core)"
-)
-
 STUB_ADDRESS = 0x80000000
 
 
@@ -95,7 +88,6 @@ def host(stub: bytes) -> Host:
     port.close()
 
 
-@SPI3_DROPS_FRAMES
 def test_stub_greets_inits_erases_and_writes(host: Host) -> None:
     board = host.port.sim_board
     host.send(legacy_short_request(0xD2))

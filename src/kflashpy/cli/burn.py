@@ -128,14 +128,17 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
         s.warn(f.message)
     for r in plan.writes:
         s.info(f"{r.label}: {fmt_size(r.size)} at {fmt_addr(r.address)}")
+    progress = s.progress()
     result = api.burn_plan(
         plan,
         reboot=reboot,
-        progress=s.progress(),
+        progress=progress,
         **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
-    for note in result.notes:
-        s.info(note)
+    warned = {f.message for f in plan.warnings}
+    for note in result.notes if progress is None else ():  # else shown as they happened
+        if note not in warned:
+            s.info(note)
     for r in result.regions:
         s.out(r.summary())
     s.out(

@@ -239,6 +239,8 @@ def connect(
     dev = open_device(port, board=board, reset_sequence=reset_sequence, trace=trace)
     try:
         report(progress, Progress("connect", message=f"connected to {dev.port_name}"))
+        for note in dev.notes:  # auto choices (port, wiring): say them as they happen
+            report(progress, Progress("connect", message=note))
         start_stage2(dev, stub, baud=baud, rom_baud=rom_baud, progress=progress)
         yield dev
     finally:

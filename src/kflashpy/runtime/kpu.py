@@ -18,7 +18,6 @@ nncase >= 0.2 simulator (the one nncase 1.9 still uses):
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,9 +76,23 @@ class KpuRam:
     """
 
     def __init__(self) -> None:
-        # an anonymous mapping starts as zero pages that the OS provides only when
-        # touched: a run that uses a few KiB does not pay for clearing 2 MiB
-        self.data = np.frombuffer(mmap.mmap(-1, KPU_RAM_SIZE), dtype=np.uint8)
+        self.data = np.zeros(KPU_RAM_SIZE, dtype=np.uint8)
+        #: byte range [lo, hi) accessed since the last reset (see :meth:`reset`)
+        self._used = (KPU_RAM_SIZE, 0)
+
+    def touch(self, start: int, end: int) -> None:
+        """Note that bytes [start, end) are accessed other than through this class."""
+        lo, hi = self._used
+        self._used = (min(lo, start), max(hi, end))
+
+    def reset(self) -> None:
+        """Zero the RAM again for reuse by another run; clearing only the bytes accessed
+        through :meth:`write_map`, :meth:`read_map` or :meth:`touch` is much cheaper
+        than a new 2 MiB array for small models (V5 keeps its RAMs between runs)."""
+        lo, hi = self._used
+        if lo < hi:
+            self.data[lo:hi] = 0
+        self._used = (KPU_RAM_SIZE, 0)
 
     def _region(self, row: int, c: int, h: int, w: int, what: str) -> np.ndarray:
         start = row * KPU_ROW
@@ -90,6 +103,7 @@ class KpuRam:
                 f"past the {KPU_RAM_SIZE // 1024} KiB KPU RAM",
                 "the model's KPU addresses are inconsistent; check it with `kflashpy model info`",
             )
+        self.touch(start, end)
         return self.data[start:end]
 
     def _grid(self, row: int, c: int, h: int, w: int, what: str) -> np.ndarray:

@@ -48,13 +48,15 @@ REDUCE_OPS = {0: "mean", 1: "min", 2: "max", 3: "sum"}
 
 @dataclass
 class Addr:
-    """A stackvm pointer: a byte offset into one of the memory buffers."""
+    """A stackvm pointer: a byte offset into one of the memory buffers (``ram``: the
+    KPU RAM whose ``data`` ``buf`` is, so that accesses are noted for its reset)."""
 
     buf: np.ndarray
     offset: int
+    ram: KpuRam | None = None
 
     def __add__(self, n: int) -> Addr:
-        return Addr(self.buf, self.offset + int(n))
+        return Addr(self.buf, self.offset + int(n), self.ram)
 
 
 def _view(addr: Addr, dtype: np.dtype, shape, strides) -> np.ndarray:
@@ -70,6 +72,8 @@ def _view(addr: Addr, dtype: np.dtype, shape, strides) -> np.ndarray:
             f"tensor of shape {shape} at byte {addr.offset} runs past its {addr.buf.size}-byte buffer",
             "the model's buffer layout is inconsistent",
         )
+    if addr.ram is not None:
+        addr.ram.touch(addr.offset, end)
     return np.ndarray(
         shape,
         dtype,
@@ -138,6 +142,8 @@ class V5Model(Model):
         ]
         self._rdata = {}
         self._codes: dict[tuple[int, int], bytes] = {}
+        #: zeroed KPU RAMs kept between runs (one per concurrent run)
+        self._rams: list[KpuRam] = []
         #: per function: pc -> decoded instruction (see _decode)
         self._decoded: dict[tuple[int, int], dict[int, tuple]] = {}
         self._convs: dict[tuple[int, int, int], ConvLayer] = {}
@@ -193,8 +199,15 @@ class V5Model(Model):
         for mr, arr in zip(fn.inputs, inputs, strict=True):
             raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
             in_pool[mr.start : mr.start + raw.size] = raw
-        run = _Run(self, rules, dump)
-        run.call(mod, fn, in_pool, out_pool)
+        try:  # a KPU RAM from an earlier run (reset to zeros) or a new one
+            ram = self._rams.pop()
+        except IndexError:
+            ram = KpuRam()
+        try:
+            _Run(self, rules, dump, ram).call(mod, fn, in_pool, out_pool)
+        finally:
+            ram.reset()
+            self._rams.append(ram)
         outs = []
         for spec, mr in zip(self.outputs, fn.outputs, strict=True):
             raw = out_pool[mr.start : mr.start + spec.size * spec.dtype.itemsize]
@@ -207,9 +220,11 @@ class V5Model(Model):
 class _Run:
     """State of one model run: KPU RAM, module data pools, the per-layer dump."""
 
-    def __init__(self, model: V5Model, rules: TieRules, dump: list[LayerOutput] | None) -> None:
+    def __init__(
+        self, model: V5Model, rules: TieRules, dump: list[LayerOutput] | None, kpu: KpuRam
+    ) -> None:
         self.model, self.rules, self.dump = model, rules, dump
-        self.kpu = KpuRam()
+        self.kpu = kpu
         self.data = {
             m.index: np.zeros(max(m.mempool(LOC_DATA), 1), np.uint8) for m in model.parsed.modules
         }
@@ -253,6 +268,17 @@ class _K210Function:
             raise FormatError(f"k210 op uses memory location {mr.location}", "the model is corrupt")
         return b
 
+    def store(self, mr, arr: np.ndarray) -> None:
+        """Write an array's bytes at a memory range's start."""
+        flat = arr.reshape(-1).view(np.uint8)
+        self.buf(mr)[mr.start : mr.start + flat.size] = flat
+        if mr.location == LOC_KPU:
+            self.run_.kpu.touch(mr.start, mr.start + flat.size)
+
+    def addr(self, mr) -> Addr:
+        ram = self.run_.kpu if mr.location == LOC_KPU else None
+        return Addr(self.buf(mr), mr.start, ram)
+
     def run(self) -> None:
         for op in self.fn.ops or ():
             p = op.params
@@ -270,8 +296,7 @@ class _K210Function:
                 out = batches(
                     self.run_.kpu.read_map(row + b * fmap_rows(c, h, w), c, h, w) for b in range(n)
                 )
-                dst = self.buf(p["output"])
-                dst[p["output"].start : p["output"].start + out.size] = out.reshape(-1)
+                self.store(p["output"], out)
             elif op.opcode == 2:
                 layer = self.run_.model._convs[(self.mod.index, self.fn.index, op.index)]
                 out = batches(
@@ -280,16 +305,11 @@ class _K210Function:
                 )
                 mm = p["main_mem_output"]
                 if mm.size:
-                    dst = self.buf(mm)
-                    dst[mm.start : mm.start + out.size] = out.reshape(-1)
+                    self.store(mm, out)
             else:  # copy with shapes and element strides
                 dt = DTYPES.get(p["input"].datatype, np.dtype("u1"))
-                src = _view(
-                    Addr(self.buf(p["input"]), p["input"].start), dt, p["shape"], p["in_strides"]
-                )
-                dst = _view(
-                    Addr(self.buf(p["output"]), p["output"].start), dt, p["shape"], p["out_strides"]
-                )
+                src = _view(self.addr(p["input"]), dt, p["shape"], p["in_strides"])
+                dst = _view(self.addr(p["output"]), dt, p["shape"], p["out_strides"])
                 dst[...] = src
                 out = src
             self.run_.record(f"k210.{op.name}", out)
@@ -346,7 +366,7 @@ class _StackVM:
                 buf = self.buffers.get(loc)
                 if buf is None:
                     raise self.fail(f"lea.buffer of location {loc}", pc)
-                self.stack.append(Addr(buf, off))
+                self.stack.append(Addr(buf, off, self.run_.kpu if loc == LOC_KPU else None))
             elif op == 0x2F:
                 self.stack.append(self.stack[-1])
             elif op == 0x30:

@@ -62,12 +62,18 @@ IRQ_BIT = 1 << 63
 CAUSE_ECALL_M = 11
 INSN_MRET, INSN_WFI = 0x3020_0073, 0x1050_0073
 CSRR_MIP_MASK, CSRR_MIP = 0xFFFF_F07F, 0x3440_2073  # csrrs rd, mip, x0
-MIN_SLICE, MAX_SLICE = 200, 4_000_000
+MIN_SLICE = 200
+# Longest slice, in virtual seconds. A slice that a device or the idle detector stops
+# early has run an unknown number of instructions (unicorn does not say); it is counted
+# as half a slice, so short slices keep that error small.
+MAX_SLICE_S = 20e-6
 IDLE_TRACE = 64  # longest wait loop (instructions) the idle detector recognises
 MAX_IDLE_HEADS = 16
+LEARN_BACKOFF = 2e-3  # virtual seconds between two loop tracings that found no idle loop
 HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
 HEAD_SUSPEND = 0.01  # virtual seconds a wait-loop hook stays off after its loop was busy
 _GPRS = tuple(range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X1 + 31))
+_NEVER = (1 << 64) - 1  # mtimecmp reset value
 _UNTIL = 0xFFFF_FFFF_FFFF_FFFE  # never reached: slices end by instruction count
 
 # (base, size, name) of peripherals modelled as plain register files
@@ -102,6 +108,7 @@ class Core:
         self._keep: list[object] = []  # ctypes callbacks must outlive the emulator
         self._error: BaseException | None = None
         self._halt_reason = ""
+        self._last_cause = -1  # mcause as last written (guests rarely write it)
         self._mmio_count = 0  # MMIO accesses so far (idle detection)
         self._idle_hit = False
         self._head_state: tuple[int, int, bytes] | None = None
@@ -110,6 +117,7 @@ class Core:
         self._store_hook: int | None = None
         self._stores = 0
         self._head_visits = 0
+        self._learn_after = 0.0
         self._armed = False  # stores are being watched for one wait-loop iteration
         self.idle_skips = 0
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
@@ -137,13 +145,19 @@ class Core:
         }
         for bit, name in ((16, "uart1"), (17, "uart2"), (18, "uart3")):
             self.sysctl.peri_reset_hooks[bit] = self.uarts[name].reset
+        self.spi3_hz = self.sysctl.spi3_hz()
         self.spi3 = Spi3(
-            board.flash, self._time, self.sysctl.spi3_hz, self._add_stall, self._skip_until
+            board.flash, self._time, lambda: self.spi3_hz, self._add_stall, self._skip_until
         )
         self.sysctl.peri_reset_hooks[9] = self.spi3.reset
         for base, name in ((0x5200_0000, "spi0"), (0x5300_0000, "spi1")):
             bus = Spi3(
-                NoDevice(), self._time, self.sysctl.spi3_hz, self._add_stall, self._skip_until, name
+                NoDevice(),
+                self._time,
+                lambda: self.spi3_hz,
+                self._add_stall,
+                self._skip_until,
+                name,
             )
             self._mmio(base, bus)
         for name, uart in self.uarts.items():
@@ -275,6 +289,7 @@ class Core:
             self._mtime_t0 = now
         self.cpu_hz = self.sysctl.cpu_hz()
         self.apb0_hz = self.sysctl.apb0_hz()
+        self.spi3_hz = self.sysctl.spi3_hz()
 
     # ------------------------------------------------------------------ callbacks
     def _time(self) -> float:
@@ -301,7 +316,7 @@ class Core:
     def _pending_cause(self, mie: int) -> int:
         if mie & MIE_MEIE and self.plic.best():
             return IRQ_BIT | 11
-        if mie & MIE_MTIE and self._mtime() >= self.clint.mtimecmp():
+        if mie & MIE_MTIE and self._mtime() >= self.clint.cmp:
             return IRQ_BIT | 7
         if mie & MIE_MSIE and self.clint.msip():
             return IRQ_BIT | 3
@@ -321,6 +336,7 @@ class Core:
         self._rw(rv.UC_RISCV_REG_MEPC, epc)
         self._rw(rv.UC_RISCV_REG_MCAUSE, cause)
         self._rw(rv.UC_RISCV_REG_PC, self._vector(cause))
+        self._last_cause = cause
         self.traps += 1
 
     def _on_exception(self, uc: Uc, intno: int, _ud: object) -> None:
@@ -338,16 +354,20 @@ class Core:
         cause = self._pending_cause(self._rr(rv.UC_RISCV_REG_MIE))
         if cause:
             # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
-            self._rw(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP)
-            self._rw(rv.UC_RISCV_REG_MCAUSE, cause)
+            chained = (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP
+            if chained != mstatus:
+                self._rw(rv.UC_RISCV_REG_MSTATUS, chained)
+            if cause != self._last_cause:
+                self._rw(rv.UC_RISCV_REG_MCAUSE, cause)
             self._rw(rv.UC_RISCV_REG_PC, self._vector(cause))
+            self._last_cause = cause
             self.traps += 1
 
     def _on_csrr_mip(self, uc: Uc, address: int, size: int, rd: int) -> None:
         value = 0  # unicorn's own MEIP/MTIP/MSIP never rise; the rest stays 0 on one hart
         if self.plic.best():
             value |= MIE_MEIE
-        if self._mtime() >= self.clint.mtimecmp():
+        if self.clint.cmp != _NEVER and self._mtime() >= self.clint.cmp:
             value |= MIE_MTIE
         if self.clint.msip():
             value |= MIE_MSIE
@@ -398,7 +418,7 @@ class Core:
                     self._enter_trap(cause, self._rr(rv.UC_RISCV_REG_PC))
             t_stop = self._next_event(t_end)
             hz = self.cpu_hz
-            count = min(MAX_SLICE, max(MIN_SLICE, int((t_stop - board.now) * hz)))
+            count = max(MIN_SLICE, int(min(t_stop - board.now, MAX_SLICE_S) * hz))
             self._stall = 0.0
             self._skip = None
             self._idle_hit = False
@@ -412,6 +432,8 @@ class Core:
                 board.halt(f"{exc} at 0x{pc:08x}")
                 return
             self.slices += 1
+            if self._skip is not None or self._idle_hit or self._reset_requested:
+                count //= 2
             self.instructions += count
             board.now += count / hz + self._stall
             self._stall = 0.0
@@ -453,13 +475,15 @@ class Core:
     ) -> None:
         """Count stores that change memory. Rewriting the value a cell already holds
         (a flag cleared again, a small memset) leaves the loop's state as it was. The
-        first changing store answers the question: stop watching (the hook is costly)."""
+        first changing store answers a wait-loop confirmation: stop watching then (the
+        hook is costly); while learning a loop every store is counted."""
         off = self.board.sram.offset(address, size)
         new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
         if off is not None and self.board.sram.data[off : off + size] == new:
             return
         self._stores += 1
-        self._watch_stores(False)
+        if self._armed:  # confirming a wait loop: one changing store is enough
+            self._watch_stores(False)
 
     def _learn_idle_loop(self) -> bool:
         """After a slice without MMIO or traps: is the hart spinning in a wait loop?
@@ -472,6 +496,10 @@ class Core:
         instruction.
         """
         uc = self.uc
+        start = self._rr(rv.UC_RISCV_REG_PC)
+        if self.board.now < self._learn_after or start in self._heads or start in self._suspended:
+            return False  # tracing is costly: not again so soon, nor where a hook watches
+        self._learn_after = self.board.now + LEARN_BACKOFF
         seen: dict[tuple[int, bytes], int] = {}
         self._watch_stores(True)
         try:
@@ -483,6 +511,7 @@ class Core:
                         return False
                     if pc not in self._heads and len(self._heads) < MAX_IDLE_HEADS:
                         self._heads[pc] = self._hook(pc, self._on_idle_head, None)
+                    self._learn_after = 0.0
                     return True
                 seen[key] = self._stores
                 try:

@@ -153,6 +153,7 @@ class Clint(RegisterFile):
         self._ticks = ticks
         self.set_word(self.MTIMECMP, 0xFFFF_FFFF)
         self.set_word(self.MTIMECMP + 4, 0xFFFF_FFFF)
+        self.cmp = (1 << 64) - 1  # mtimecmp, kept as an int for the per-interrupt checks
 
     def read(self, offset: int, size: int) -> int:
         if self.MTIME <= offset < self.MTIME + 8:
@@ -160,8 +161,12 @@ class Clint(RegisterFile):
             return value & ((1 << (8 * size)) - 1)
         return super().read(offset, size)
 
+    def write(self, offset: int, size: int, value: int) -> None:
+        super().write(offset, size, value)
+        self.cmp = int.from_bytes(self.regs[self.MTIMECMP : self.MTIMECMP + 8], "little")
+
     def mtimecmp(self) -> int:
-        return int.from_bytes(self.regs[self.MTIMECMP : self.MTIMECMP + 8], "little")
+        return self.cmp
 
     def msip(self) -> bool:
         return bool(self.regs[0] & 1)
@@ -199,6 +204,14 @@ class Plic:
         return best
 
     def read(self, offset: int, size: int) -> int:
+        if offset == 0x20_0004:  # claim (the hot path: once per interrupt)
+            irq = self.best()
+            if irq:
+                self.claimed.add(irq)
+                self.claims += 1
+            return irq
+        if offset == 0x20_0000:
+            return self.threshold
         if offset < 0x1000:
             irq = offset >> 2
             return self.priority[irq] if irq < len(self.priority) else 0
@@ -211,18 +224,14 @@ class Plic:
             return bits
         if 0x2000 <= offset < 0x200C:
             return self.enable[(offset - 0x2000) >> 2]
-        if offset == 0x20_0000:
-            return self.threshold
-        if offset == 0x20_0004:
-            irq = self.best()
-            if irq:
-                self.claimed.add(irq)
-                self.claims += 1
-            return irq
         return 0
 
     def write(self, offset: int, size: int, value: int) -> None:
-        if offset < 0x1000:
+        if offset == 0x20_0004:  # complete
+            self.claimed.discard(value & 0x7F)
+        elif offset == 0x20_0000:
+            self.threshold = value & 7
+        elif offset < 0x1000:
             irq = offset >> 2
             if irq < len(self.priority):
                 self.priority[irq] = value & 7
@@ -230,7 +239,3 @@ class Plic:
         elif 0x2000 <= offset < 0x200C:
             self.enable[(offset - 0x2000) >> 2] = value & 0xFFFF_FFFF
             self._order = None
-        elif offset == 0x20_0000:
-            self.threshold = value & 7
-        elif offset == 0x20_0004:
-            self.claimed.discard(value & 0x7F)

@@ -72,6 +72,7 @@ class Spi3:
 
     def reset(self) -> None:
         self.regs[:] = bytes(len(self.regs))
+        self._decode()
         self.txq: list[int] = []
         self.rxq = bytearray()
         self.rx_left = 0  # frames still to receive (generated on demand)
@@ -84,22 +85,26 @@ class Spi3:
     def _reg(self, off: int) -> int:
         return int.from_bytes(self.regs[off : off + 4], "little")
 
-    @property
-    def _ctrlr0(self) -> int:
-        return self._reg(CTRLR0)
+    def _decode(self) -> None:
+        """Cache the CTRLR0/BAUDR fields the data path needs on every frame."""
+        ctrlr0 = self._reg(CTRLR0)
+        dfs_shift, dfs_mask, tmod_shift, frf_shift = self._layout
+        self._fb = ((ctrlr0 >> dfs_shift & dfs_mask) + 1 + 7) // 8
+        self._tmod_v = ctrlr0 >> tmod_shift & 3
+        self._frf_v = ctrlr0 >> frf_shift & 3
+        self._bits_cost = 8 * (self._reg(BAUDR) & 0xFFFE or 2)
 
     def _frame_bytes(self) -> int:
-        return ((self._ctrlr0 >> self._layout[0] & 0x1F) + 1 + 7) // 8
+        return self._fb
 
     def _tmod(self) -> int:
-        return self._ctrlr0 >> self._layout[2] & 3
+        return self._tmod_v
 
     def _frf(self) -> int:
-        return self._ctrlr0 >> self._layout[3] & 3
+        return self._frf_v
 
     def _charge(self, nbytes: int) -> None:
-        baudr = self._reg(BAUDR) & 0xFFFE or 2
-        self._stall(nbytes * 8 * baudr / self._src())
+        self._stall(nbytes * self._bits_cost / self._src())
 
     # ------------------------------------------------------------------ MMIO
     def read(self, offset: int, size: int) -> int:
@@ -129,7 +134,9 @@ class Spi3:
         self.regs[offset : offset + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(
             size, "little"
         )
-        if offset == SSIENR:
+        if offset in (CTRLR0, BAUDR):
+            self._decode()
+        elif offset == SSIENR:
             if value & 1:
                 self._maybe_select()
             else:
