@@ -326,9 +326,9 @@ static u8 flash_sr1(void)
 }
 
 /* Wait for the end of a program or erase. The status register is first read after
- * `expect_us` (a little under the typical datasheet time: page program 0.7 ms, 4K/32K/
- * 64K erase 45/120/150 ms), serving the link meanwhile, then polled: the chip sees
- * far fewer status reads and the answer is as prompt. */
+ * `expect_us` (about 60 % of the typical datasheet time: page program 0.7 ms, 4K/32K/
+ * 64K erase 45/120/150 ms, status write 10 ms), serving the link meanwhile, then
+ * polled: the chip sees far fewer status reads and the answer is as prompt. */
 static void flash_wait(u32 expect_us)
 {
     for (u32 t = 0; t < expect_us; t += POLL_US) {
@@ -350,7 +350,7 @@ static void flash_erase(u8 op, u32 addr)
     cmd_addr(c, op, addr);
     flash_simple(0x06);
     spi_send(c, 4, 0, 0);
-    flash_wait(op == 0xD8 ? 135000 : op == 0x52 ? 108000 : 40000);
+    flash_wait(op == 0xD8 ? 90000 : op == 0x52 ? 72000 : 27000);
 }
 
 /* one whole, page-aligned page */
@@ -358,7 +358,7 @@ static void flash_program(u32 addr, const u8 *p)
 {
     flash_simple(0x06);
     spi_write32((0x02u << 24) | addr, p, PAGE);
-    flash_wait(560);
+    flash_wait(400);
 }
 
 /* reads in page-sized pieces so the link is served in between */
@@ -408,7 +408,7 @@ static void flash_init(void)
         u8 w[2] = {0x01, (u8)(sr & ~0x1C)};
         flash_simple(0x06);
         spi_send(w, 2, 0, 0);
-        flash_wait(9000); /* tW 10 ms */
+        flash_wait(6000);
     }
 }
 

@@ -22,7 +22,8 @@ pytest.importorskip("kflashpy.sim.core")
 
 KMODELS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
 SIM = "sim://?board=maix-bit"
-#: the baud switch is exercised, below the 1.5 Mbaud the simulator currently mishandles
+#: not the board default (1.5 Mbaud, measured by benchmarks/isp_burn_yolo.py), so the
+#: baud switch is exercised with a rate that needs it
 BAUD = 921600
 
 

@@ -247,8 +247,9 @@ def test_encrypted_image_needs_the_otp_key(tmp_path) -> None:  # type: ignore[no
     [
         ("maix-bit", [(False, True), (True, False)], "isp"),  # dan: RTS reset, DTR boot
         ("maixduino", [(True, False), (False, True)], "isp"),  # kd233: DTR reset, RTS boot
-        ("maix-go-cmsis-dap", [(True, True), (True, False)], "isp"),  # goD
+        ("maix-go&wiring=cmsis-dap", [(True, True), (True, False)], "isp"),  # goD
         ("maixduino", [(False, True), (True, False)], "reset"),  # dan sequence, wrong wiring
+        ("m5stickv", [(True, False), (False, True)], "isp"),  # from the layout data
     ],
 )
 def test_wirings(board: str, isp_lines: list[tuple[bool, bool]], expected: str) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 
 from ..errors import InputError, ProtocolError, UsageError, VerifyError
 from ..progress import Progress, ProgressFn, report
+from ..runtime.inputs import parse_floats
 from ..units import fmt_addr
 from . import board as onboard
 from .repl import MaixPyRepl, chunks, py_bytes, py_str
@@ -179,13 +179,13 @@ def _load_npy(spec: str) -> np.ndarray:
 
 
 def _parse_floats(spec: str) -> np.ndarray:
-    try:
-        return np.array([float(v) for v in re.split(r"[,\s]+", spec.strip()) if v], np.float32)
-    except ValueError:
+    vals = parse_floats(spec)
+    if vals is None:
         raise InputError(
             f"--input {spec!r} is neither a file nor a list of numbers",
             "give an image, a .npy file, '5.1,3.8,1.9,0.4' or random[:SEED]",
-        ) from None
+        )
+    return vals
 
 
 # --- comparing ---------------------------------------------------------------------------

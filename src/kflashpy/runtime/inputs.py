@@ -13,6 +13,7 @@ unless the caller asks for ``resize=True``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -146,6 +147,42 @@ def from_file(path: str | Path, shape: Sequence[int], dtype: np.dtype | str) -> 
     return arr.reshape(shape)
 
 
+def parse_floats(text: str) -> np.ndarray | None:
+    """Numbers separated by commas and/or whitespace (``"5.1,3.8,1.9,0.4"``) as a flat
+    float32 array; None when ``text`` is not such a list (so that callers can say what
+    else they expected: a file, a keyword...)."""
+    try:
+        vals = [float(v) for v in re.split(r"[,\s]+", text.strip()) if v]
+    except ValueError:
+        return None
+    return np.array(vals, np.float32) if vals else None
+
+
+def from_numbers(
+    text: str, vals: np.ndarray, shape: Sequence[int], dtype: np.dtype | str
+) -> np.ndarray:
+    """A number list given on the command line as a tensor of ``shape`` and ``dtype``
+    (integer inputs take integral values in their range only: nothing is rounded)."""
+    dtype, shape = np.dtype(dtype), tuple(int(d) for d in shape)
+    if vals.size != int(np.prod(shape)):
+        raise InputError(
+            f"input {text!r} has {vals.size} values, the model input {shape} needs "
+            f"{int(np.prod(shape))}",
+            "give one number per input element, separated by commas",
+        )
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not (
+            np.all(vals == np.round(vals)) and vals.min() >= info.min and vals.max() <= info.max
+        ):
+            raise InputError(
+                f"input {text!r}: the model input is {dtype}, the values are not all "
+                f"integers in {info.min}..{info.max}",
+                "give the quantised values the model reads, or an image",
+            )
+    return vals.astype(dtype).reshape(shape)
+
+
 def load_input(
     path: str | Path,
     shape: Sequence[int],
@@ -154,7 +191,16 @@ def load_input(
     mode: str = "maixpy",
     resize: bool = False,
 ) -> np.ndarray:
-    """Pick the loader by extension: images for u8 inputs, tensors otherwise."""
+    """Pick the loader: a number list (``"5.1,3.8,1.9,0.4"``) when ``path`` is no
+    existing file, else by extension: images for u8 inputs, tensors otherwise."""
+    if not Path(path).exists():
+        vals = parse_floats(str(path))
+        if vals is None:
+            raise InputError(
+                f"{path}: no such file (nor a list of numbers)",
+                "give an image, a .npy/.bin tensor or numbers such as 5.1,3.8,1.9,0.4",
+            )
+        return from_numbers(str(path), vals, shape, dtype)
     suffix = Path(path).suffix.lower()
     if suffix in (".npy", ".bin", ".raw"):
         return from_file(path, shape, dtype)

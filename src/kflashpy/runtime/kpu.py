@@ -67,6 +67,14 @@ def fmap_rows(c: int, h: int, w: int) -> int:
     return fmap_bytes(c, h, w) // KPU_ROW
 
 
+def check_batches(n: int, rows: int, what: str) -> None:
+    """Refuse (ValueError, located by the op boundary) ``n`` batches of ``rows`` rows
+    each that cannot fit the KPU RAM: a damaged count would otherwise loop for hours
+    over empty maps."""
+    if not 0 <= n * max(rows, 1) <= KPU_RAM_SIZE // KPU_ROW:
+        raise ValueError(f"{what}: {n} batches of {rows} rows do not fit the KPU RAM")
+
+
 class KpuRam:
     """The 2 MiB KPU RAM as a byte array, with the feature-map row layout of §3.3.
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError, UsageError
+from ..errors import FormatError, InputError, UsageError
 from .kpu import TieRules
 
 
@@ -45,6 +45,53 @@ def tie_rules(options: dict) -> TieRules:
             "options are segment ('>' or '>=') and rounding ('nncase' or 'sdk')",
         )
     return TieRules(options.get("segment", ">"), options.get("rounding", "nncase"))
+
+
+#: What NumPy and the interpreters raise when a damaged model's fields do not fit
+#: together (a shape against a buffer size, an axis, a table index): an op that raises
+#: one of these is reported as a corrupt model naming the op. TypeError, AttributeError
+#: and the rest are left alone, so that a bug in the runtime still surfaces as one.
+DAMAGE_ERRORS = (ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError)
+
+#: the largest memory pool, tensor or op result a model may ask for: the K210 has
+#: 8 MiB of SRAM, so anything above this is a damaged count (and would only exhaust
+#: the host's memory)
+MAX_BYTES = 16 << 20
+
+DAMAGED_HINT = "the kmodel is damaged or was not written by nncase: re-export or re-download it"
+
+
+def damaged(where: str, offset: int, e: Exception) -> FormatError:
+    """FormatError for an op whose fields do not fit together (``e``: what NumPy said)."""
+    return FormatError(f"{where} at byte {offset:#x}: inconsistent fields ({e})", DAMAGED_HINT)
+
+
+def check_size(nbytes: int, where: str, field: str, offset: int) -> None:
+    """Refuse a memory pool, tensor or result larger than :data:`MAX_BYTES`."""
+    if not 0 <= nbytes <= MAX_BYTES:
+        raise FormatError(
+            f"{where} at byte {offset:#x}: {field} needs {nbytes} bytes, more than the K210's memory",
+            DAMAGED_HINT,
+        )
+
+
+def check_spec(spec: TensorSpec, where: str, offset: int) -> None:
+    """Refuse an input/output shape with a negative dimension or too many bytes (callers
+    allocate arrays of the specs' shapes)."""
+    if any(d < 0 for d in spec.shape):
+        raise FormatError(
+            f"{where} at byte {offset:#x}: {spec.name} shape {spec.shape} has a negative dimension",
+            DAMAGED_HINT,
+        )
+    check_size(spec.size * spec.dtype.itemsize, where, f"{spec.name} shape {spec.shape}", offset)
+
+
+def limit(shape: Sequence[int], what: str) -> None:
+    """Refuse (ValueError, located by the op boundary) a result whose shape comes from
+    the model's fields and would be larger than :data:`MAX_BYTES` of float32."""
+    n = math.prod(int(d) for d in shape)
+    if not 0 <= n * 4 <= MAX_BYTES:
+        raise ValueError(f"{what} of shape {tuple(int(d) for d in shape)} is too large")
 
 
 #: a KPU layer with this many multiply-accumulates makes a run cap BLAS at one thread:

@@ -20,7 +20,16 @@ import numpy as np
 from ..errors import FormatError, NotImplementedOpError
 from ..model.v3 import K210_CONV, KModelV3
 from .kpu import KPU_ROW, ConvLayer, KpuRam, TieRules, run_conv_in_ram
-from .model import LayerOutput, Model, TensorSpec
+from .model import (
+    DAMAGE_ERRORS,
+    DAMAGED_HINT,
+    LayerOutput,
+    Model,
+    TensorSpec,
+    check_size,
+    check_spec,
+    damaged,
+)
 from .ops import nn
 
 #: bytes past main_mem_usage that the board's 8-element / DMA overruns may touch
@@ -44,6 +53,8 @@ class V3Model(Model):
                 f"{parsed.source}: 16-bit KPU weights (V3 flags bit0 = 0)",
                 "no public model uses 16-bit mode; re-export with 8-bit quantisation",
             )
+        #: header byte offsets (kpu_kmodel_header_t): main_mem_usage, the output table
+        check_size(parsed.main_mem_usage, parsed.source, "header main_mem_usage", 20)
         self._convs: dict[int, ConvLayer] = {}
         for op in parsed.layers:
             if op.opcode == K210_CONV:
@@ -66,8 +77,17 @@ class V3Model(Model):
                 "K210_CONV or FULLY_CONNECTED first",
                 "this model cannot run on MaixPy either",
             )
+        check_spec(self.inputs[0], f"{parsed.source}: layer 0 ({first.name})", first.offset)
         self._shapes = self._infer_shapes()
         self.outputs = self._output_specs()
+        for i, (spec, out) in enumerate(zip(self.outputs, parsed.outputs, strict=True)):
+            if out.address + spec.size * spec.dtype.itemsize > parsed.main_mem_usage + MAIN_SLACK:
+                raise FormatError(
+                    f"{parsed.source}: output {i} at byte {28 + 8 * i:#x}: {out.size} bytes at "
+                    f"main+{out.address:#x} run past the {parsed.main_mem_usage}-byte main buffer "
+                    "(header main_mem_usage)",
+                    DAMAGED_HINT,
+                )
 
     # --- static shape bookkeeping ------------------------------------------------
 
@@ -144,7 +164,10 @@ class V3Model(Model):
                     "which the host runtime does not implement",
                     "the SDK runtime does not implement it either; re-export the model",
                 )
-            result = handler(self, op, main, ram, rules)
+            try:
+                result = handler(self, op, main, ram, rules)
+            except DAMAGE_ERRORS as e:
+                raise damaged(f"{self.name}: layer {op.index} ({op.name})", op.offset, e) from e
             if dump is not None:
                 dump.append(LayerOutput(op.index, op.name, np.array(result)))
         outs = []

@@ -18,8 +18,26 @@ import numpy as np
 
 from ..errors import FormatError, NotImplementedOpError
 from ..model.v4 import BINARY_OPS, REDUCE_OPS, UNARY_OPS, KModelV4, MemoryRange
-from .kpu import KPU_ROW, ConvLayer, KpuRam, TieRules, batches, fmap_rows, run_conv_in_ram
-from .model import LayerOutput, Model, TensorSpec
+from .kpu import (
+    KPU_ROW,
+    ConvLayer,
+    KpuRam,
+    TieRules,
+    batches,
+    check_batches,
+    fmap_rows,
+    run_conv_in_ram,
+)
+from .model import (
+    DAMAGE_ERRORS,
+    LayerOutput,
+    Model,
+    TensorSpec,
+    check_size,
+    check_spec,
+    damaged,
+    limit,
+)
 from .ops import nn
 
 F32 = np.float32
@@ -72,6 +90,16 @@ class _Memory:
                 "the model's memory ranges are inconsistent",
             )
 
+    def shaped(self, mr: MemoryRange, shape, what: str) -> np.ndarray:
+        """The range read as an array of ``shape`` (a field of the node's, named by ``what``)."""
+        arr = self.read(mr, what)
+        if arr.size != np.prod(shape):
+            raise ValueError(
+                f"{what} {tuple(shape)} needs {np.prod(shape)} elements, its memory range "
+                f"holds {arr.size}"
+            )
+        return arr.reshape(shape)
+
     def read(self, mr: MemoryRange, what: str, count: int | None = None) -> np.ndarray:
         """The range as a 1-D array of its datatype (a copy)."""
         dt = _dtype(mr, what)
@@ -98,6 +126,7 @@ class V4Model(Model):
         self.parsed = parsed
         self.name = parsed.source
         self.constants = np.frombuffer(parsed.view(parsed.constants), np.uint8).copy()
+        check_size(parsed.main_mem, self.name, "header field main_mem", 20)
         for node in parsed.nodes:
             if node.opcode not in _HANDLERS:
                 raise NotImplementedOpError(
@@ -120,6 +149,8 @@ class V4Model(Model):
             TensorSpec(f"input{i}", tuple(int(d) for d in shape), _dtype(mr, f"input {i}"))
             for i, (mr, shape) in enumerate(zip(parsed.inputs, parsed.input_shapes, strict=True))
         ]
+        for i, spec in enumerate(self.inputs):  # header, input table, input shape table
+            check_spec(spec, f"{self.name}: input shape table", 40 + 16 * (len(self.inputs) + i))
         self._out_shapes: list[tuple[int, ...]] | None = None
 
     @property
@@ -156,7 +187,12 @@ class V4Model(Model):
             else:
                 mem.write(mr, arr, f"input {i}")
         for node in self.parsed.nodes:
-            out = _HANDLERS[node.opcode](self, node, mem, rules)
+            try:
+                out = _HANDLERS[node.opcode](self, node, mem, rules)
+            except DAMAGE_ERRORS as e:
+                raise damaged(
+                    f"{self.name}: node {node.index} ({node.name})", node.offset, e
+                ) from e
             if shapes is not None:
                 _note_shape(node.params, out, shapes)
             if dump is not None:
@@ -186,6 +222,7 @@ def _note_shape(p: dict, out: np.ndarray, shapes: dict) -> None:
 
 def _upload_batches(ram: KpuRam, row: int, x: np.ndarray) -> None:
     n, c, h, w = x.shape
+    check_batches(n, fmap_rows(c, h, w), "in_shape")
     for b in range(n):
         ram.write_map(row + b * fmap_rows(c, h, w), x[b], "kpu_upload")
 
@@ -194,13 +231,14 @@ def _upload_batches(ram: KpuRam, row: int, x: np.ndarray) -> None:
 
 
 def _in4(m, node, mem, key="input", shape_key="in_shape"):
-    return mem.read(node.params[key], f"node {node.index}").reshape(node.params[shape_key])
+    return mem.shaped(node.params[key], node.params[shape_key], shape_key)
 
 
 def _binary(m, node, mem, rules):
     p = node.params
-    a = mem.read(p["input_a"], "binary a").reshape(p["in_a_shape"])
-    b = mem.read(p["input_b"], "binary b").reshape(p["in_b_shape"])
+    a = mem.shaped(p["input_a"], p["in_a_shape"], "in_a_shape")
+    b = mem.shaped(p["input_b"], p["in_b_shape"], "in_b_shape")
+    limit(p["out_shape"], "out_shape")
     y = nn.broadcast_binary(BINARY_OPS[p["binary_op"]], a.astype(F32), b.astype(F32))
     y = _clamp(np.broadcast_to(y, p["out_shape"]), p["fused_activation"])
     return mem.write(p["output"], y, "binary")
@@ -223,6 +261,7 @@ def _concat(m, node, mem, rules):
 def _conv_out(p, n, h, w, oc):
     oh = _out_hw(h, p["padding_h"], p["filter_h"], p["stride_h"], p["dilation_h"])
     ow = _out_hw(w, p["padding_w"], p["filter_w"], p["stride_w"], p["dilation_w"])
+    limit((n, oc, oh, ow), "padding/stride output")
     return oh, ow
 
 
@@ -337,8 +376,8 @@ def _quantize(m, node, mem, rules):
 
 def _matmul(m, node, mem, rules):
     p = node.params
-    a = mem.read(p["input_a"], "matmul a").reshape(p["a_rows"], p["a_cols"])
-    b = mem.read(p["input_b"], "matmul b").reshape(p["a_cols"], p["b_cols"])
+    a = mem.shaped(p["input_a"], (p["a_rows"], p["a_cols"]), "a_rows x a_cols")
+    b = mem.shaped(p["input_b"], (p["a_cols"], p["b_cols"]), "a_cols x b_cols")
     bias = np.frombuffer(m.parsed.view(node.arrays["bias"]), "<f4")
     y = _clamp(a.astype(F32) @ b.astype(F32) + bias, p["fused_activation"])
     return mem.write(p["output"], y, "matmul")
@@ -346,16 +385,8 @@ def _matmul(m, node, mem, rules):
 
 def _q_matmul(m, node, mem, rules):
     p = node.params
-    a = (
-        mem.read(p["input_a"], "quantized_matmul a")
-        .reshape(p["a_rows"], p["a_cols"])
-        .astype(np.int64)
-    )
-    b = (
-        mem.read(p["input_b"], "quantized_matmul b")
-        .reshape(p["a_cols"], p["b_cols"])
-        .astype(np.int64)
-    )
+    a = mem.shaped(p["input_a"], (p["a_rows"], p["a_cols"]), "a_rows x a_cols").astype(np.int64)
+    b = mem.shaped(p["input_b"], (p["a_cols"], p["b_cols"]), "a_cols x b_cols").astype(np.int64)
     bias = np.frombuffer(m.parsed.view(node.arrays["bias"]), "<i4").astype(np.int64)
     acc = (a + p["input_a_offset"]) @ (b + p["input_b_offset"]) + bias
     y = nn.mul_and_carry_shift(acc, p["output_mul"], p["output_shift"]) + p["output_offset"]
@@ -366,6 +397,7 @@ def _pad(m, node, mem, rules):
     p = node.params
     x = _in4(m, node, mem)
     pads = list(zip(p["paddings"][0::2], p["paddings"][1::2], strict=True))
+    limit([d + max(0, b) + max(0, a) for d, (b, a) in zip(x.shape, pads, strict=False)], "paddings")
     crop = tuple(slice(max(0, -b), x.shape[i] - max(0, -a)) for i, (b, a) in enumerate(pads))
     x = x[crop]
     value = p["pad_value"][1]
@@ -405,6 +437,7 @@ def _reduce_window(m, node, mem, rules):
     h, w = x.shape[2:]
     oh = _out_hw(h, p["padding_h"], p["filter_h"], p["stride_h"], 1)
     ow = _out_hw(w, p["padding_w"], p["filter_w"], p["stride_w"], 1)
+    limit((*x.shape[:2], oh, ow), "padding/stride output")
     mode = REDUCE_OPS[p["reduce_op"]]
     y = nn.pool2d(
         x.astype(F32), (p["filter_h"], p["filter_w"]), (p["stride_h"], p["stride_w"]),
@@ -429,6 +462,7 @@ def _memory_copy(m, node, mem, rules):
 def _resize(m, node, mem, rules):
     p = node.params
     x = _in4(m, node, mem)
+    limit((*x.shape[:2], p["out_h"], p["out_w"]), "out_h x out_w")
     if p["mode"] == 1:
         y = nn.resize_nearest(x, p["out_h"], p["out_w"])
     else:
@@ -438,7 +472,7 @@ def _resize(m, node, mem, rules):
 
 def _softmax(m, node, mem, rules):
     p = node.params
-    x = mem.read(p["input"], "softmax").reshape(p["outer_size"], p["inner_size"])
+    x = mem.shaped(p["input"], (p["outer_size"], p["inner_size"]), "outer_size x inner_size")
     return mem.write(p["output"], nn.softmax(x, axis=1, beta=p["beta"]), "softmax")
 
 
@@ -467,8 +501,9 @@ def _unary(m, node, mem, rules):
 def _q_binary(m, node, mem, rules):
     """a' = mcs(a + a_off, a_mul, a_shift), same for b; out = mcs(op(a', b')) + out_off."""
     p = node.params
-    a = mem.read(p["input_a"], "quantized_binary a").reshape(p["in_a_shape"]).astype(np.int64)
-    b = mem.read(p["input_b"], "quantized_binary b").reshape(p["in_b_shape"]).astype(np.int64)
+    a = mem.shaped(p["input_a"], p["in_a_shape"], "in_a_shape").astype(np.int64)
+    b = mem.shaped(p["input_b"], p["in_b_shape"], "in_b_shape").astype(np.int64)
+    limit(p["out_shape"], "out_shape")
     a = nn.mul_and_carry_shift(a + p["input_a_offset"], p["input_a_mul"], p["input_a_shift"])
     b = nn.mul_and_carry_shift(b + p["input_b_offset"], p["input_b_mul"], p["input_b_shift"])
     op = BINARY_OPS[p["binary_op"]]
@@ -502,6 +537,7 @@ def _conv2d_transpose(m, node, mem, rules):
     wts = np.frombuffer(m.parsed.view(node.arrays["weights"]), "<f4").reshape(oc, c // g, fh, fw)
     bias = np.frombuffer(m.parsed.view(node.arrays["bias"]), "<f4")
     full_h, full_w = (h - 1) * sh + (fh - 1) * dh + 1, (w - 1) * sw + (fw - 1) * dw + 1
+    limit((n, oc, full_h, full_w), "filter/stride/dilation")
     y = np.zeros((n, oc, full_h, full_w), dtype=F32)
     icg, ocg = c // g, oc // g
     for gi in range(g):
@@ -570,7 +606,7 @@ def _nnil(m, node, mem, rules):
 
 def _kpu_upload(m, node, mem, rules):
     p = node.params
-    x = mem.read(p["input"], "kpu_upload").reshape(p["in_shape"])
+    x = mem.shaped(p["input"], p["in_shape"], "in_shape")
     _upload_batches(mem.kpu, p["output"].start // KPU_ROW, x)
     return x
 
@@ -578,6 +614,7 @@ def _kpu_upload(m, node, mem, rules):
 def _kpu_conv2d(m, node, mem, rules):
     p = node.params
     layer = m._convs[node.index]
+    check_batches(p["batches"], fmap_rows(*layer.in_shape), "batches")
     y = batches(
         run_conv_in_ram(mem.kpu, layer, rules, batch=b) for b in range(max(1, p["batches"]))
     )

@@ -23,8 +23,27 @@ import numpy as np
 
 from ..errors import FormatError, NotImplementedOpError
 from ..model.v5 import KModelV5, V5Function, V5Module
-from .kpu import KPU_ROW, ConvLayer, KpuRam, TieRules, batches, fmap_rows, run_conv_in_ram
-from .model import LayerOutput, Model, TensorSpec
+from .kpu import (
+    KPU_ROW,
+    ConvLayer,
+    KpuRam,
+    TieRules,
+    batches,
+    check_batches,
+    fmap_rows,
+    run_conv_in_ram,
+)
+from .model import (
+    DAMAGE_ERRORS,
+    DAMAGED_HINT,
+    LayerOutput,
+    Model,
+    TensorSpec,
+    check_size,
+    check_spec,
+    damaged,
+    limit,
+)
 from .ops import nn
 
 F32 = np.float32
@@ -65,12 +84,13 @@ def _view(addr: Addr, dtype: np.dtype, shape, strides) -> np.ndarray:
     strides = tuple(int(s) for s in strides)
     if len(strides) < len(shape):
         strides = (0,) * (len(shape) - len(strides)) + strides
+    if min(shape, default=0) < 0 or min(strides, default=0) < 0:  # nncase's are unsigned
+        raise ValueError(f"shape {shape} or strides {strides} has a negative entry")
     n = 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True) if d > 0)
     end = addr.offset + n * dtype.itemsize
-    if addr.offset < 0 or end > addr.buf.size:
-        raise FormatError(
-            f"tensor of shape {shape} at byte {addr.offset} runs past its {addr.buf.size}-byte buffer",
-            "the model's buffer layout is inconsistent",
+    if addr.offset < 0 or end > addr.buf.size:  # located by the op boundary
+        raise ValueError(
+            f"tensor of shape {shape} at byte {addr.offset} runs past its {addr.buf.size}-byte buffer"
         )
     if addr.ram is not None:
         addr.ram.touch(addr.offset, end)
@@ -101,6 +121,23 @@ def _decode(code: bytes, pc: int) -> tuple[int, tuple, int]:
     if op == 0x05:
         args = (F32(args[0]),)
     return op, args, r.pc
+
+
+#: names of the base instructions the interpreter knows (for error messages)
+_OPNAMES = {
+    0x00: "nop", 0x02: "ldc.i4", 0x03: "ldc.i4.0", 0x04: "ldc.i4.1", 0x05: "ldc.r4",
+    0x17: "lea.buffer", 0x2F: "dup", 0x30: "pop", 0x31: "stshape", 0x32: "stpaddings",
+    0x59: "ret",
+}  # fmt: skip
+
+
+def _name(code: bytes, pc: int) -> str:
+    """The name of the instruction at ``pc`` (``tensor.<function>`` for tensor ones)."""
+    op = code[pc]
+    if op == 0x5E and pc + 1 < len(code):
+        handler = _TENSOR.get(code[pc + 1])
+        return f"tensor.{handler.__name__[3:]}" if handler else f"tensor 0x{code[pc + 1]:02x}"
+    return _OPNAMES.get(op, f"0x{op:02x}")
 
 
 class _Reader:
@@ -147,6 +184,7 @@ class V5Model(Model):
         #: per function: pc -> decoded instruction (see _decode)
         self._decoded: dict[tuple[int, int], dict[int, tuple]] = {}
         self._convs: dict[tuple[int, int, int], ConvLayer] = {}
+        self._check_memory(fn)
         for mod in parsed.modules:
             sec = mod.section(".rdata")
             self._rdata[mod.index] = (
@@ -169,6 +207,31 @@ class V5Model(Model):
                             parsed.view(op.arrays["act"]),
                             f"{self.name}: k210 function {fn_.index} op {op.index}",
                         )
+
+    def _check_memory(self, entry: V5Function) -> None:
+        """Pools within the K210's memory; the entry's tensors inside their pools."""
+        for mod in self.parsed.modules:
+            where = f"{self.name}: module {mod.index} ({mod.type})"
+            for loc, pool in ((LOC_DATA, "data"), (LOC_SHARED, "shared")):
+                check_size(mod.mempool(loc), where, f"{pool} pool", mod.offset)
+            for f in mod.functions:
+                fwhere = f"{where} function {f.index}"
+                check_size(f.input_pool_size, fwhere, "input_pool_size", f.offset)
+                check_size(f.output_pool_size, fwhere, "output_pool_size", f.offset)
+        for kind, specs, ranges, pool in (
+            ("input", self.inputs, entry.inputs, entry.input_pool_size),
+            ("output", self.outputs, entry.outputs, entry.output_pool_size),
+        ):
+            for spec, mr in zip(specs, ranges, strict=True):
+                nbytes = spec.size * spec.dtype.itemsize
+                check_spec(spec, f"{self.name}: entry function", entry.offset)
+                if mr.start + nbytes > max(pool, 1):
+                    raise FormatError(
+                        f"{self.name}: entry function at byte {entry.offset:#x}: {spec.name} "
+                        f"{spec.shape} ({nbytes} bytes at {mr.start}) does not fit its "
+                        f"{pool}-byte {kind} pool",
+                        DAMAGED_HINT,
+                    )
 
     def _code(self, mod: V5Module, fn: V5Function) -> bytes:
         """A stackvm function's instructions (sliced out of ``.text`` once)."""
@@ -265,7 +328,7 @@ class _K210Function:
     def buf(self, mr) -> np.ndarray:
         b = self.buffers.get(mr.location)
         if b is None:
-            raise FormatError(f"k210 op uses memory location {mr.location}", "the model is corrupt")
+            raise ValueError(f"memory location {mr.location} is not one of a K210 function's")
         return b
 
     def store(self, mr, arr: np.ndarray) -> None:
@@ -281,38 +344,50 @@ class _K210Function:
 
     def run(self) -> None:
         for op in self.fn.ops or ():
-            p = op.params
-            if op.opcode == 0:  # kpu_upload: main NCHW u8 -> KPU rows
-                n, c, h, w = p["in_shape"]
-                src = self.buf(p["input"])[p["input"].start :][: n * c * h * w].reshape(n, c, h, w)
-                for b in range(n):
-                    self.run_.kpu.write_map(
-                        p["output"].start // KPU_ROW + b * fmap_rows(c, h, w), src[b]
-                    )
-                out = src
-            elif op.opcode == 1:  # kpu_download: KPU rows -> main NCHW u8
-                n, c, h, w = p["in_shape"]
-                row = p["input"].start // KPU_ROW
-                out = batches(
-                    self.run_.kpu.read_map(row + b * fmap_rows(c, h, w), c, h, w) for b in range(n)
-                )
-                self.store(p["output"], out)
-            elif op.opcode == 2:
-                layer = self.run_.model._convs[(self.mod.index, self.fn.index, op.index)]
-                out = batches(
-                    run_conv_in_ram(self.run_.kpu, layer, self.run_.rules, b)
-                    for b in range(max(1, p["batches"]))
-                )
-                mm = p["main_mem_output"]
-                if mm.size:
-                    self.store(mm, out)
-            else:  # copy with shapes and element strides
-                dt = DTYPES.get(p["input"].datatype, np.dtype("u1"))
-                src = _view(self.addr(p["input"]), dt, p["shape"], p["in_strides"])
-                dst = _view(self.addr(p["output"]), dt, p["shape"], p["out_strides"])
-                dst[...] = src
-                out = src
+            try:
+                out = self.execute(op)
+            except DAMAGE_ERRORS as e:
+                where = f"{self.run_.model.name}: k210 function {self.fn.index} op {op.index} ({op.name})"
+                raise damaged(where, op.offset, e) from e
             self.run_.record(f"k210.{op.name}", out)
+
+    def execute(self, op) -> np.ndarray:
+        """Run one K210 op; returns its output for the per-layer dump."""
+        p = op.params
+        if op.opcode == 0:  # kpu_upload: main NCHW u8 -> KPU rows
+            n, c, h, w = p["in_shape"]
+            check_batches(n, fmap_rows(c, h, w), "in_shape")
+            src = self.buf(p["input"])[p["input"].start :][: n * c * h * w].reshape(n, c, h, w)
+            for b in range(n):
+                self.run_.kpu.write_map(
+                    p["output"].start // KPU_ROW + b * fmap_rows(c, h, w), src[b]
+                )
+            out = src
+        elif op.opcode == 1:  # kpu_download: KPU rows -> main NCHW u8
+            n, c, h, w = p["in_shape"]
+            check_batches(n, fmap_rows(c, h, w), "in_shape")
+            row = p["input"].start // KPU_ROW
+            out = batches(
+                self.run_.kpu.read_map(row + b * fmap_rows(c, h, w), c, h, w) for b in range(n)
+            )
+            self.store(p["output"], out)
+        elif op.opcode == 2:
+            layer = self.run_.model._convs[(self.mod.index, self.fn.index, op.index)]
+            check_batches(p["batches"], fmap_rows(*layer.in_shape), "batches")
+            out = batches(
+                run_conv_in_ram(self.run_.kpu, layer, self.run_.rules, b)
+                for b in range(max(1, p["batches"]))
+            )
+            mm = p["main_mem_output"]
+            if mm.size:
+                self.store(mm, out)
+        else:  # copy with shapes and element strides
+            dt = DTYPES.get(p["input"].datatype, np.dtype("u1"))
+            src = _view(self.addr(p["input"]), dt, p["shape"], p["in_strides"])
+            dst = _view(self.addr(p["output"]), dt, p["shape"], p["out_strides"])
+            dst[...] = src
+            out = src
+        return out
 
 
 # --- the stackvm module ---------------------------------------------------------------
@@ -333,24 +408,62 @@ class _StackVM:
             "report it with the model attached",
         )
 
+    def pop(self):
+        if not self.stack:
+            raise ValueError("the evaluation stack is empty (the instruction needs an operand)")
+        return self.stack.pop()
+
     def pop_addr(self) -> Addr:
-        v = self.stack.pop()
+        v = self.pop()
         if not isinstance(v, Addr):
-            raise FormatError(
-                f"stackvm expected an address on the stack, found {v!r}", "the model is corrupt"
-            )
+            raise ValueError(f"expected an address on the evaluation stack, found {v!r}")
         return v
 
+    def pop_num(self):
+        """A number (shape value, scalar operand) from the stack, never an address."""
+        v = self.pop()
+        if isinstance(v, Addr):
+            raise ValueError("expected a number on the evaluation stack, found an address")
+        return v
+
+    def pop_int(self) -> int:
+        return int(self.pop_num())
+
     def pop_padding(self) -> tuple[int, int, int]:
-        interior, after, before = self.stack.pop(), self.stack.pop(), self.stack.pop()
-        return int(before), int(after), int(interior)
+        interior, after, before = self.pop_int(), self.pop_int(), self.pop_int()
+        return before, after, interior
+
+    def shape(self, reg: int) -> tuple[int, ...]:
+        """Shape register ``reg`` (set by an earlier stshape)."""
+        value = self.shapes.get(reg)
+        if value is None:
+            raise ValueError(f"shape register {reg} is used before stshape sets it")
+        return value
+
+    def padding(self, reg: int) -> list[tuple[int, int, int]]:
+        value = self.paddings.get(reg)
+        if value is None:
+            raise ValueError(f"padding register {reg} is used before stpaddings sets it")
+        return value
 
     def run(self) -> None:
+        try:
+            self._interpret()
+        except DAMAGE_ERRORS as e:
+            text = self.mod.section(".text")
+            where = (
+                f"{self.run_.model.name}: stackvm function {self.fn.index} instruction "
+                f"{_name(self.code, self.pc)} (byte {self.pc} of the function)"
+            )
+            raise damaged(where, text.body.offset + self.fn.entrypoint + self.pc, e) from e
+
+    def _interpret(self) -> None:
         code, end = self.code, len(self.code)
         # instructions are decoded once per model (the code never changes)
         decoded = self.run_.model._decoded.setdefault((self.mod.index, self.fn.index), {})
         pc = 0
         while pc < end:
+            self.pc = pc
             ent = decoded.get(pc)
             if ent is None:
                 ent = decoded[pc] = _decode(code, pc)
@@ -368,12 +481,13 @@ class _StackVM:
                     raise self.fail(f"lea.buffer of location {loc}", pc)
                 self.stack.append(Addr(buf, off, self.run_.kpu if loc == LOC_KPU else None))
             elif op == 0x2F:
-                self.stack.append(self.stack[-1])
+                v = self.pop()
+                self.stack += (v, v)
             elif op == 0x30:
-                self.stack.pop()
+                self.pop()
             elif op == 0x31:  # stshape rshape, rank
                 reg, rank = args
-                vals = [int(self.stack.pop()) for _ in range(rank)][::-1]
+                vals = [self.pop_int() for _ in range(rank)][::-1]
                 self.shapes[reg] = tuple(vals)
             elif op == 0x32:  # stpaddings rpaddings, rank
                 reg, rank = args
@@ -397,12 +511,12 @@ class _StackVM:
     # helpers for tensor instructions
     def view(self, addr: Addr, dt: int | np.dtype, rshape: int, rstride: int) -> np.ndarray:
         dtype = dt if isinstance(dt, np.dtype) else self.run_.model._dtype(dt)
-        return _view(addr, dtype, self.shapes[rshape], self.shapes[rstride])
+        return _view(addr, dtype, self.shape(rshape), self.shape(rstride))
 
     def out(self, addr: Addr, value: np.ndarray, dt, rstride: int) -> np.ndarray:
         """Write ``value`` at ``addr`` with the strides in register ``rstride``."""
         dtype = dt if isinstance(dt, np.dtype) else self.run_.model._dtype(dt)
-        target = _view(addr, dtype, value.shape, self.shapes[rstride])
+        target = _view(addr, dtype, value.shape, self.shape(rstride))
         target[...] = value
         return value
 
@@ -411,15 +525,18 @@ def _t_call(vm: _StackVM, r: _Reader):
     function_id, module_id, num_src, num_dst = r.take("IHBB")
     model = vm.run_.model
     if module_id >= len(model.parsed.modules):
-        raise FormatError(f"tensor.call to module {module_id}", "the model is corrupt")
+        raise ValueError(f"module_id {module_id}: the model has {len(model.parsed.modules)}")
     mod = model.parsed.modules[module_id]
+    if function_id >= len(mod.functions):
+        raise ValueError(f"function_id {function_id}: module {module_id} has {len(mod.functions)}")
+    if mod.type != "k210":  # nncase's stackvm calls K210 functions (and a loop never ends)
+        raise ValueError(f"module_id {module_id} is a {mod.type} module, not a k210 one")
     fn = mod.functions[function_id]
 
     def pop_tensor():
-        rstride, rshape = int(vm.stack.pop()), int(vm.stack.pop())
-        dt = int(vm.stack.pop())
+        rstride, rshape, dt = vm.pop_int(), vm.pop_int(), vm.pop_int()
         addr = vm.pop_addr()
-        return _view(addr, model._dtype(dt), vm.shapes[rshape], vm.shapes[rstride])
+        return _view(addr, model._dtype(dt), vm.shape(rshape), vm.shape(rstride))
 
     outs = [pop_tensor() for _ in range(num_dst)][::-1]
     ins = [pop_tensor() for _ in range(num_src)][::-1]
@@ -438,7 +555,7 @@ def _t_call(vm: _StackVM, r: _Reader):
 def _t_dequantize(vm: _StackVM, r: _Reader):
     """y = q*scale + bias in float32 (scale and bias popped from the stack)."""
     in_dt, out_dt, rshape, rs_in, rs_out = r.take("BBBBB")
-    bias, scale = F32(vm.stack.pop()), F32(vm.stack.pop())
+    bias, scale = F32(vm.pop_num()), F32(vm.pop_num())
     output, inp = vm.pop_addr(), vm.pop_addr()
     q = vm.view(inp, in_dt, rshape, rs_in)
     y = (q.astype(F32) * scale).astype(F32) + bias
@@ -448,7 +565,7 @@ def _t_dequantize(vm: _StackVM, r: _Reader):
 def _t_quantize(vm: _StackVM, r: _Reader):
     """q = saturate(round_half_even(x*scale + bias)) (nncase 1.x quantize)."""
     in_dt, out_dt, rshape, rs_in, rs_out = r.take("BBBBB")
-    bias, scale = F32(vm.stack.pop()), F32(vm.stack.pop())
+    bias, scale = F32(vm.pop_num()), F32(vm.pop_num())
     output, inp = vm.pop_addr(), vm.pop_addr()
     x = vm.view(inp, in_dt, rshape, rs_in).astype(F32)
     dt = vm.run_.model._dtype(out_dt)
@@ -473,14 +590,18 @@ def _t_convert(vm: _StackVM, r: _Reader):
 
 def _t_pad(vm: _StackVM, r: _Reader):
     dt, rshape, rs_in, rs_out, rpad, mode = r.take("BBBBBB")
-    value = vm.stack.pop()
+    value = vm.pop_num()
     output, inp = vm.pop_addr(), vm.pop_addr()
     if mode != 0:
         raise vm.fail(f"tensor.pad mode {mode}", r.pc)
     x = vm.view(inp, dt, rshape, rs_in)
-    pads = vm.paddings[rpad]
+    pads = vm.padding(rpad)
     if any(p[2] for p in pads):
         raise vm.fail("tensor.pad with interior padding", r.pc)
+    limit(
+        [d + max(0, b) + max(0, a) for d, (b, a, _) in zip(x.shape, pads, strict=False)],
+        "padded output",
+    )
     crop = tuple(slice(max(0, -b), x.shape[i] - max(0, -a)) for i, (b, a, _) in enumerate(pads))
     y = np.pad(x[crop], [(max(0, b), max(0, a)) for b, a, _ in pads], constant_values=value)
     return "pad", vm.out(output, y, dt, rs_out)
@@ -492,11 +613,12 @@ def _t_conv2d(vm: _StackVM, r: _Reader):
     output, bias, weights, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
     x = vm.view(inp, dt, rs, rss)
     w = vm.view(weights, dt, rk, rks)
-    b = _view(bias, np.dtype("<f4"), (w.shape[0],), vm.shapes[rbs][-1:])
+    b = _view(bias, np.dtype("<f4"), (w.shape[0],), vm.shape(rbs)[-1:])
     n, c, h, wd = x.shape
     kh, kw = w.shape[2:]
     oh = (h + ph[0] + ph[1] - ((kh - 1) * dh + 1)) // sh + 1
     ow = (wd + pw[0] + pw[1] - ((kw - 1) * dw + 1)) // sw + 1
+    limit((n, w.shape[0], oh, ow), "output")
     y = nn.conv2d_nchw(x, w, b, groups, (sh, sw), (ph[0], ph[1], pw[0], pw[1]), (dh, dw), (oh, ow))
     return "conv2d", vm.out(output, np.clip(y, F32(lo), F32(hi)).astype(F32), dt, rds)
 
@@ -506,6 +628,7 @@ def _t_matmul(vm: _StackVM, r: _Reader):
     output, bias, b_addr, a_addr = vm.pop_addr(), vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
     a = vm.view(a_addr, np.dtype("<f4"), ra, ras)
     b = vm.view(b_addr, np.dtype("<f4"), rb, rbs)
+    limit((*a.shape[:-1], b.shape[-1]), "output")
     bias = _view(bias, np.dtype("<f4"), (b.shape[-1],), (1,))
     y = np.clip((a @ b).astype(F32) + bias, F32(lo), F32(hi)).astype(F32)
     return "matmul", vm.out(output, y, np.dtype("<f4"), rds)
@@ -519,7 +642,8 @@ def _t_binary(vm: _StackVM, r: _Reader):
     name = BINARY_OPS.get(op)
     if name is None or name == "mod":
         raise vm.fail(f"binary op {op}", r.pc)
-    y = np.broadcast_to(nn.broadcast_binary(name, a, b), vm.shapes[rd])
+    limit(vm.shape(rd), "output")
+    y = np.broadcast_to(nn.broadcast_binary(name, a, b), vm.shape(rd))
     return f"binary.{name}", vm.out(output, np.clip(y, F32(lo), F32(hi)).astype(F32), dt, rds)
 
 
@@ -551,7 +675,7 @@ def _t_softmax(vm: _StackVM, r: _Reader):
 def _t_transpose(vm: _StackVM, r: _Reader):
     dt, rs, rss, rds, rperm = r.take("BBBBB")
     output, inp = vm.pop_addr(), vm.pop_addr()
-    y = np.ascontiguousarray(vm.view(inp, dt, rs, rss).transpose(vm.shapes[rperm]))
+    y = np.ascontiguousarray(vm.view(inp, dt, rs, rss).transpose(vm.shape(rperm)))
     return "transpose", vm.out(output, y, dt, rds)
 
 
@@ -560,7 +684,7 @@ def _t_slice(vm: _StackVM, r: _Reader):
     output, inp = vm.pop_addr(), vm.pop_addr()
     x = vm.view(inp, dt, rs, rss)
     sl = tuple(
-        slice(b, e, s) for b, e, s in zip(vm.shapes[rb], vm.shapes[re], vm.shapes[rst], strict=True)
+        slice(b, e, s) for b, e, s in zip(vm.shape(rb), vm.shape(re), vm.shape(rst), strict=True)
     )
     return "slice", vm.out(output, np.ascontiguousarray(x[sl]), dt, rds)
 
@@ -569,7 +693,7 @@ def _t_reduce_window2d(vm: _StackVM, r: _Reader):
     dt, op, rs, rss, rds, fh, fw, sh, sw, dh, dw, lo, hi = r.take("BBBBB6H2f")
     pw, ph = vm.pop_padding(), vm.pop_padding()
     output = vm.pop_addr()
-    init = vm.stack.pop()
+    init = vm.pop_num()
     inp = vm.pop_addr()
     if dh != 1 or dw != 1:
         raise vm.fail("reduce_window2d with dilation", r.pc)
@@ -577,6 +701,7 @@ def _t_reduce_window2d(vm: _StackVM, r: _Reader):
     h, w = x.shape[2:]
     oh = (h + ph[0] + ph[1] - fh) // sh + 1
     ow = (w + pw[0] + pw[1] - fw) // sw + 1
+    limit((*x.shape[:2], oh, ow), "output")
     mode = REDUCE_OPS.get(op, "?")
     y = nn.pool2d(x.astype(F32), (fh, fw), (sh, sw), (ph[0], ph[1], pw[0], pw[1]), (oh, ow), mode,
                   init=None if mode == "mean" else float(init))  # fmt: skip
@@ -587,10 +712,10 @@ def _t_reduce_window2d(vm: _StackVM, r: _Reader):
 
 def _t_reduce(vm: _StackVM, r: _Reader):
     dt, rs, rss, rds, op, raxis, keep = r.take("BBBBBB?")
-    init = F32(vm.stack.pop())
+    init = F32(vm.pop_num())
     output, inp = vm.pop_addr(), vm.pop_addr()
     x = vm.view(inp, dt, rs, rss).astype(F32)
-    axes = tuple(int(a) for a in vm.shapes[raxis])
+    axes = tuple(int(a) for a in vm.shape(raxis))
     mode = REDUCE_OPS.get(op)
     if mode in ("sum", "mean"):
         y = x.sum(axis=axes, keepdims=True, dtype=F32) + init
@@ -610,10 +735,11 @@ def _t_reduce(vm: _StackVM, r: _Reader):
 def _t_resize(vm: _StackVM, r: _Reader):
     dt, rs, rss, rds, align, half, mode = r.take("BBBB??B")
     output, inp = vm.pop_addr(), vm.pop_addr()
-    out_w, out_h = int(vm.stack.pop()), int(vm.stack.pop())
+    out_w, out_h = vm.pop_int(), vm.pop_int()
     if half:
         raise vm.fail("resize_image with half_pixel_centers", r.pc)
     x = vm.view(inp, dt, rs, rss)
+    limit((*x.shape[:2], out_h, out_w), "output")
     y = (
         nn.resize_nearest(x, out_h, out_w)
         if mode == 1
@@ -626,7 +752,8 @@ def _t_gather(vm: _StackVM, r: _Reader):
     dt, rs, rd, rss, rds, rind, axis = r.take("7B")
     indices, output, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
     x = vm.view(inp, dt, rs, rss)
-    idx = _view(indices, np.dtype("<i4"), vm.shapes[rind], _dense_strides(vm.shapes[rind]))
+    idx = _view(indices, np.dtype("<i4"), vm.shape(rind), _dense_strides(vm.shape(rind)))
+    limit((*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :]), "output")
     return "gather", vm.out(output, np.take(x, idx.astype(np.int64), axis=axis), dt, rds)
 
 

@@ -5,19 +5,19 @@ chips these boards carry. RESET is active low, and IO16 low at the moment the ma
 samples it selects ISP mode. Known wirings (see docs/simulator.md and the protocol
 reference §4):
 
-* ``rts-reset`` — RTS drives RESET, DTR drives IO16 (Maix Bit/Dock, Maix Bit with mic's
-  CH552 in kflash's "dan" mode, KD233 is the other way round).
-* ``dtr-reset`` — DTR drives RESET, RTS drives IO16 (KD233, Maixduino, Maix Go/Amigo/Cube
-  with the OpenEC/new CMSIS-DAP firmware, M5StickV).
-* ``cmsis-dap`` — old Maix Go CMSIS-DAP firmware ("goD"): RESET is held while both lines
-  are asserted and IO16 follows DTR (inferred from kflash's goD sequences: ISP = both
-  asserted then RTS released; its "boot" sequence ends in reset and the board starts when
-  the port closes and both lines drop).
+* ``rts-reset`` — RTS drives RESET, DTR drives IO16 (kflash "dan": Maix Bit/Dock, M1).
+* ``dtr-reset`` — DTR drives RESET, RTS drives IO16 (kflash "kd233"/"goE": KD233,
+  Maixduino, Maix Go/Amigo/Cube/Nano, M5StickV).
+* ``cmsis-dap`` — a reading of kflash's "goD" sequences (old Maix Go CMSIS-DAP firmware):
+  RESET held while both lines are asserted, IO16 follows DTR (inferred; ISP = both
+  asserted then RTS released). Selected with ``wiring=cmsis-dap``; the board data gives
+  that board the ``dtr-reset`` lines.
 * ``none`` — no auto-reset circuit: only the buttons (``reset_into_isp``/``reset_to_run``).
 
-Board names map to a wiring through the foundation's layout data
-(``kflashpy.image.layouts.load_boards``) when it describes the board; :data:`_FALLBACK`
-covers the boards until then and any board the data does not name.
+Board names map to a wiring through the foundation's board data
+(``kflashpy.image.layouts.load_boards()``: ``reset_line``/``boot_line`` of the board's
+wiring, aliases included). Boards whose wiring is detected at run time (``generic``) get
+``rts-reset``; ``no-autoreset`` is the simulator's own board without the circuit.
 """
 
 from __future__ import annotations
@@ -55,41 +55,24 @@ WIRINGS: dict[str, Wiring] = {
     )
 }
 
-# board name -> wiring, used until/unless the layout data names the board
-_FALLBACK: dict[str, str] = {
-    "maix-bit": "rts-reset",
-    "maix-dock": "rts-reset",
-    "maix-bit-mic": "dtr-reset",
-    "kd233": "dtr-reset",
-    "maixduino": "dtr-reset",
-    "maix-go": "dtr-reset",
-    "maix-go-cmsis-dap": "cmsis-dap",
-    "maix-amigo": "dtr-reset",
-    "maix-cube": "dtr-reset",
-    "m5stickv": "dtr-reset",
-    "generic": "rts-reset",
-    "no-autoreset": "none",
-}
-
+_OWN_BOARDS = {"no-autoreset": "none"}
+_AUTO_DEFAULT = "rts-reset"  # boards whose wiring a flasher detects by trying sequences
 _ALIASES = {"dan": "rts-reset", "bit": "rts-reset", "goe": "dtr-reset", "god": "cmsis-dap"}
+_BY_LINES = {("rts", "dtr"): "rts-reset", ("dtr", "rts"): "dtr-reset"}
 
 
-def _layout_wiring(board: str) -> str | None:
-    """The board's wiring from the layout data, if that module exists and knows it."""
-    try:
-        from kflashpy.image import layouts  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    try:
-        boards = layouts.load_boards()
-    except Exception:  # noqa: BLE001 - layout data problems must not break the simulator
-        return None
-    entry = boards.get(board)
-    value = getattr(entry, "reset_wiring", None) or getattr(entry, "wiring", None)
-    if not isinstance(value, str):
-        return None
-    value = _ALIASES.get(value.lower(), value.lower())
-    return value if value in WIRINGS else None
+def _boards() -> dict[str, str]:
+    """Board id and alias -> wiring name, from the layout data."""
+    from kflashpy.image.layouts import load_boards
+
+    table: dict[str, str] = {}
+    for bid, board in load_boards().items():
+        w = board.wiring
+        name = _BY_LINES.get((w.reset_line, w.boot_line), _AUTO_DEFAULT) if w else _AUTO_DEFAULT
+        for key in (bid, *board.aliases):
+            table[key.lower()] = name
+    table.update(_OWN_BOARDS)
+    return table
 
 
 def wiring_for(board: str, override: str | None = None) -> Wiring:
@@ -102,15 +85,16 @@ def wiring_for(board: str, override: str | None = None) -> Wiring:
                 hint=f"use one of: {', '.join(WIRINGS)}",
             )
         return WIRINGS[name]
-    name = _layout_wiring(board) or _FALLBACK.get(board)
+    boards = _boards()
+    name = boards.get(board.lower())
     if name is None:
         raise InputError(
             f"unknown board {board!r} for the virtual K210",
-            hint=f"use one of: {', '.join(sorted(_FALLBACK))} (or wiring=rts-reset|dtr-reset|...)",
+            hint=f"use one of: {', '.join(sorted(boards))} (or wiring=rts-reset|dtr-reset|...)",
         )
     return WIRINGS[name]
 
 
 def known_boards() -> list[str]:
     """Board names the simulator accepts without an explicit wiring."""
-    return sorted(_FALLBACK)
+    return sorted(_boards())
