@@ -76,7 +76,8 @@ def _summary(arr: np.ndarray, top: int) -> dict[str, Any]:
     metavar="FILE",
     multiple=True,
     required=True,
-    help="Image (BMP/PNG/JPEG) or tensor (.npy/.bin), one per model input.",
+    help="Image (BMP/PNG/JPEG), tensor (.npy/.bin) or numbers ('5.1,3.8,1.9,0.4'), "
+    "one per model input.",
 )
 @click.option(
     "-o",

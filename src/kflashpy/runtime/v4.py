@@ -14,11 +14,14 @@ Board quirks reproduced on purpose (the K210 build uses ``kernels/riscv``):
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import FormatError, NotImplementedOpError
 from ..model.v4 import BINARY_OPS, REDUCE_OPS, UNARY_OPS, KModelV4, MemoryRange
 from .kpu import (
+    KPU_RAM_SIZE,
     KPU_ROW,
     ConvLayer,
     KpuRam,
@@ -30,6 +33,7 @@ from .kpu import (
 )
 from .model import (
     DAMAGE_ERRORS,
+    DAMAGED_HINT,
     LayerOutput,
     Model,
     TensorSpec,
@@ -59,6 +63,19 @@ def _out_hw(size: int, pad: tuple[int, int], f: int, stride: int, dilation: int)
 
 def _clamp(y: np.ndarray, act: tuple[float, float]) -> np.ndarray:
     return np.clip(y, F32(act[0]), F32(act[1])).astype(F32)
+
+
+#: memory range -> the shape field(s) a handler reads it with (matmul: rows x cols)
+_SHAPED = {
+    0x04: (("input_a", ("a_rows", "a_cols")), ("input_b", ("a_cols", "b_cols"))),
+    0x10: (("input_a", ("a_rows", "a_cols")), ("input_b", ("a_cols", "b_cols"))),
+    0x0B: (("input", ("outer_size", "inner_size")),),
+}
+_SHAPED_DEFAULT = (
+    ("input", ("in_shape",)),
+    ("input_a", ("in_a_shape",)),
+    ("input_b", ("in_b_shape",)),
+)
 
 
 class _Memory:
@@ -134,6 +151,7 @@ class V4Model(Model):
                     "host runtime does not implement",
                     "report it with the model attached",
                 )
+        self._validate()
         self._convs = {
             n.index: ConvLayer.from_tables(
                 n.kpu,
@@ -152,6 +170,60 @@ class V4Model(Model):
         for i, spec in enumerate(self.inputs):  # header, input table, input shape table
             check_spec(spec, f"{self.name}: input shape table", 40 + 16 * (len(self.inputs) + i))
         self._out_shapes: list[tuple[int, ...]] | None = None
+
+    def _validate(self) -> None:
+        """Check at load what the node handlers index with: every memory range inside
+        its region, op codes inside their tables, transpose permutations."""
+        sizes = {0: self.constants.size, 1: self.parsed.main_mem + MAIN_SLACK, 2: KPU_RAM_SIZE}
+        for node in self.parsed.nodes:
+            where = f"{self.name}: node {node.index} ({node.name}) at byte {node.offset:#x}"
+            for key, value in node.params.items():
+                for mr in value if isinstance(value, list) else [value]:
+                    if isinstance(mr, MemoryRange) and mr.start + mr.size > sizes.get(
+                        mr.memory_type, -1
+                    ):
+                        raise FormatError(
+                            f"{where}: field {key} ({mr.size} bytes at {mr.start:#x} of memory "
+                            f"type {mr.memory_type}) is outside its memory region",
+                            DAMAGED_HINT,
+                        )
+            for key, table in (
+                ("binary_op", BINARY_OPS),
+                ("unary_op", UNARY_OPS),
+                ("reduce_op", REDUCE_OPS),
+            ):
+                if key in node.params and node.params[key] not in table:
+                    raise FormatError(
+                        f"{where}: field {key} is {node.params[key]}, not one of {sorted(table)}",
+                        DAMAGED_HINT,
+                    )
+            self._validate_shapes(node, where)
+            if node.opcode == 0x0C and sorted(node.params["perm"]) != [0, 1, 2, 3]:
+                raise FormatError(
+                    f"{where}: field perm {tuple(node.params['perm'])} is not a permutation "
+                    "of the 4 axes",
+                    DAMAGED_HINT,
+                )
+
+    @staticmethod
+    def _validate_shapes(node, where: str) -> None:
+        """Each shape a handler reads a memory range with must cover exactly its bytes."""
+        p = node.params
+        for key, fields in _SHAPED.get(node.opcode, _SHAPED_DEFAULT):
+            if key not in p or any(f not in p for f in fields):
+                continue
+            shape = [int(d) for f in fields for d in np.atleast_1d(p[f])]
+            mr = p[key]
+            dt = _DTYPES.get(mr.datatype)
+            if dt is None:
+                raise FormatError(f"{where}: field {key} has unknown datatype {mr.datatype}",
+                                  DAMAGED_HINT)  # fmt: skip
+            if min(shape) < 0 or math.prod(shape) * dt.itemsize != mr.size:
+                raise FormatError(
+                    f"{where}: field {' x '.join(fields)} {tuple(shape)} does not match the "
+                    f"{mr.size} bytes of field {key}",
+                    DAMAGED_HINT,
+                )
 
     @property
     def outputs(self) -> list[TensorSpec]:  # type: ignore[override]

@@ -16,14 +16,16 @@ implemented; any other instruction raises NotImplementedOpError naming it.
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import FormatError, NotImplementedOpError
-from ..model.v5 import KModelV5, V5Function, V5Module
+from ..model.v5 import KModelV5, MemoryRangeV5, V5Function, V5Module
 from .kpu import (
+    KPU_RAM_SIZE,
     KPU_ROW,
     ConvLayer,
     KpuRam,
@@ -84,7 +86,7 @@ def _view(addr: Addr, dtype: np.dtype, shape, strides) -> np.ndarray:
     strides = tuple(int(s) for s in strides)
     if len(strides) < len(shape):
         strides = (0,) * (len(shape) - len(strides)) + strides
-    if min(shape, default=0) < 0 or min(strides, default=0) < 0:  # nncase's are unsigned
+    if shape and min(shape + strides) < 0:  # nncase's are unsigned
         raise ValueError(f"shape {shape} or strides {strides} has a negative entry")
     n = 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True) if d > 0)
     end = addr.offset + n * dtype.itemsize
@@ -198,6 +200,7 @@ class V5Model(Model):
                     "the host runtime runs stackvm and k210 modules (K210 models)",
                 )
             for fn_ in mod.functions if mod.type == "k210" else ():
+                self._check_ranges(mod, fn_)
                 for op in fn_.ops or ():
                     if op.opcode == 2:
                         self._convs[(mod.index, fn_.index, op.index)] = ConvLayer.from_tables(
@@ -230,6 +233,35 @@ class V5Model(Model):
                         f"{self.name}: entry function at byte {entry.offset:#x}: {spec.name} "
                         f"{spec.shape} ({nbytes} bytes at {mr.start}) does not fit its "
                         f"{pool}-byte {kind} pool",
+                        DAMAGED_HINT,
+                    )
+
+    def _check_ranges(self, mod: V5Module, fn: V5Function) -> None:
+        """Every memory range a K210 op names lies inside the buffer it addresses."""
+        sizes = {
+            LOC_INPUT: fn.input_pool_size, LOC_OUTPUT: fn.output_pool_size,
+            LOC_RDATA: self._rdata[mod.index].size, LOC_DATA: mod.mempool(LOC_DATA),
+            LOC_SHARED: mod.mempool(LOC_SHARED), LOC_KPU: KPU_RAM_SIZE,
+        }  # fmt: skip
+        for op in fn.ops or ():
+            where = f"{self.name}: k210 function {fn.index} op {op.index} ({op.name}) at byte {op.offset:#x}"
+            if op.opcode in (0, 1):  # upload reads its main-memory input, download writes
+                mr = op.params["input" if op.opcode == 0 else "output"]
+                shape = tuple(op.params["in_shape"])
+                if min(shape) < 0 or math.prod(shape) > mr.size:
+                    raise FormatError(
+                        f"{where}: field in_shape {shape} needs {math.prod(shape)} bytes, field "
+                        f"{'input' if op.opcode == 0 else 'output'} holds {mr.size}",
+                        DAMAGED_HINT,
+                    )
+            for key, mr in op.params.items():
+                if isinstance(mr, MemoryRangeV5) and mr.start + mr.size > sizes.get(
+                    mr.location, -1
+                ):
+                    raise FormatError(
+                        f"{where}: field {key} ({mr.size} bytes at {mr.start:#x} of "
+                        f"location {mr.location}) is outside its "
+                        f"{max(sizes.get(mr.location, 0), 0)}-byte buffer",
                         DAMAGED_HINT,
                     )
 
@@ -400,6 +432,8 @@ class _StackVM:
         self.stack: list = []
         self.shapes: dict[int, tuple[int, ...]] = {}
         self.paddings: dict[int, list[tuple[int, int, int]]] = {}
+        #: byte (in the function) of the instruction running, for error messages
+        self.pc = 0
 
     def fail(self, what: str, pc: int) -> NotImplementedOpError:
         return NotImplementedOpError(

@@ -35,13 +35,14 @@ from unicorn import (
 from unicorn import riscv_const as rv
 from unicorn.unicorn_py3.unicorn import (
     HOOK_CODE_CFUNC,
+    HOOK_MEM_ACCESS_CFUNC,
     MMIO_READ_CFUNC,
     MMIO_WRITE_CFUNC,
     uclib,
 )
 
 from .crypto import AesEngine, ShaEngine
-from .memory import SRAM_ALIAS, SRAM_BASE, SRAM_SIZE
+from .memory import SRAM_ALIAS, SRAM_BASE, SRAM_SIZE, Sram
 from .periph import (
     LINK_RX_PIN,
     LINK_TX_PIN,
@@ -73,6 +74,19 @@ LEARN_BACKOFF = 2e-3  # virtual seconds between two loop tracings that found no 
 HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
 HEAD_SUSPEND = 0.01  # virtual seconds a wait-loop hook stays off after its loop was busy
 _GPRS = tuple(range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X1 + 31))
+# registers every trap decision needs, read in one call
+_TRAP_READ = (
+    rv.UC_RISCV_REG_MSTATUS,
+    rv.UC_RISCV_REG_MIE,
+    rv.UC_RISCV_REG_MTVEC,
+    rv.UC_RISCV_REG_PC,
+)
+_TRAP_WRITE = (
+    rv.UC_RISCV_REG_MSTATUS,
+    rv.UC_RISCV_REG_MCAUSE,
+    rv.UC_RISCV_REG_PC,
+    rv.UC_RISCV_REG_MEPC,
+)
 _NEVER = (1 << 64) - 1  # mtimecmp reset value
 _UNTIL = 0xFFFF_FFFF_FFFF_FFFE  # never reached: slices end by instruction count
 
@@ -93,6 +107,16 @@ _PLAIN = (
 _IRQ = {"uart1": 11, "uart2": 12, "uart3": 13, "uarths": 33}
 
 
+def _reg_batch(regs: tuple[int, ...]) -> tuple[Any, Any, Any]:
+    """(ids, values, pointers) arrays for ``uc_reg_read_batch``/``uc_reg_write_batch``:
+    one ctypes call moves several registers (each call costs about a microsecond)."""
+    ids = (ctypes.c_int * len(regs))(*regs)
+    vals = (ctypes.c_uint64 * len(regs))()
+    base = ctypes.addressof(vals)
+    ptrs = (ctypes.c_void_p * len(regs))(*(base + 8 * i for i in range(len(regs))))
+    return ids, vals, ptrs
+
+
 class Core:
     """One hart running from ``entry`` on the board's SRAM and peripheral models."""
 
@@ -108,7 +132,6 @@ class Core:
         self._keep: list[object] = []  # ctypes callbacks must outlive the emulator
         self._error: BaseException | None = None
         self._halt_reason = ""
-        self._last_cause = -1  # mcause as last written (guests rarely write it)
         self._mmio_count = 0  # MMIO accesses so far (idle detection)
         self._idle_hit = False
         self._head_state: tuple[int, int, bytes] | None = None
@@ -124,10 +147,13 @@ class Core:
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
         self._pval = ctypes.byref(self._val)
-        self._gpr_ids = (ctypes.c_int * len(_GPRS))(*_GPRS)
-        self._gpr_vals = (ctypes.c_uint64 * len(_GPRS))()
-        base = ctypes.addressof(self._gpr_vals)
-        self._gpr_ptrs = (ctypes.c_void_p * len(_GPRS))(*(base + 8 * i for i in range(len(_GPRS))))
+        self._gpr_ids, self._gpr_vals, self._gpr_ptrs = _reg_batch(_GPRS)
+        self._trap_ids, self._trap_vals, self._trap_ptrs = _reg_batch(_TRAP_READ)
+        self._tw_ids, self._tw_vals, self._tw_ptrs = _reg_batch(_TRAP_WRITE)
+        self._mip_ids, self._mip_vals, self._mip_ptrs = _reg_batch((0, rv.UC_RISCV_REG_PC))
+        # the store watcher's callback, made once: hooks come and go many times a second
+        self._store_ptr = HOOK_MEM_ACCESS_CFUNC(self._on_store_raw)
+        self._keep.append(self._store_ptr)
         for base in (SRAM_BASE, SRAM_ALIAS):
             uc.mem_map_ptr(base, SRAM_SIZE, UC_PROT_ALL, board.sram.host_address)
 
@@ -313,6 +339,23 @@ class Core:
         if name == self.tx_name:
             self.board.board_transmit(bytes((byte,)), self._time(), self.uarts[name].baud())
 
+    def _trap_regs(self) -> Any:
+        """mstatus, mie, mtvec and pc, read in one call."""
+        uclib.uc_reg_read_batch(self._uch, self._trap_ids, self._trap_ptrs, 4)
+        return self._trap_vals
+
+    def _take(self, mstatus: int, cause: int, tvec: int, epc: int | None) -> None:
+        """Write a trap entry in one call: mstatus, mcause, pc = the vector (and mepc
+        unless ``epc`` is None: a chained interrupt keeps the first one's mepc)."""
+        vals = self._tw_vals
+        vals[0] = mstatus
+        vals[1] = cause
+        vals[2] = (tvec & ~3) + 4 * (cause & 0x3F) if tvec & 1 and cause & IRQ_BIT else tvec & ~3
+        if epc is not None:
+            vals[3] = epc
+        uclib.uc_reg_write_batch(self._uch, self._tw_ids, self._tw_ptrs, 3 if epc is None else 4)
+        self.traps += 1
+
     def _pending_cause(self, mie: int) -> int:
         if mie & MIE_MEIE and self.plic.best():
             return IRQ_BIT | 11
@@ -322,22 +365,11 @@ class Core:
             return IRQ_BIT | 3
         return 0
 
-    def _vector(self, cause: int) -> int:
-        tvec = self._rr(rv.UC_RISCV_REG_MTVEC)
-        if tvec & 1 and cause & IRQ_BIT:
-            return (tvec & ~3) + 4 * (cause & 0x3F)
-        return tvec & ~3
-
     def _enter_trap(self, cause: int, epc: int) -> None:
-        mstatus = self._rr(rv.UC_RISCV_REG_MSTATUS)
+        regs = self._trap_regs()
+        mstatus, tvec = regs[0], regs[2]
         mpie = MSTATUS_MPIE if mstatus & MSTATUS_MIE else 0
-        mstatus = (mstatus & ~(MSTATUS_MIE | MSTATUS_MPIE)) | mpie | MSTATUS_MPP
-        self._rw(rv.UC_RISCV_REG_MSTATUS, mstatus)
-        self._rw(rv.UC_RISCV_REG_MEPC, epc)
-        self._rw(rv.UC_RISCV_REG_MCAUSE, cause)
-        self._rw(rv.UC_RISCV_REG_PC, self._vector(cause))
-        self._last_cause = cause
-        self.traps += 1
+        self._take((mstatus & ~(MSTATUS_MIE | MSTATUS_MPIE)) | mpie | MSTATUS_MPP, cause, tvec, epc)
 
     def _on_exception(self, uc: Uc, intno: int, _ud: object) -> None:
         pc = self._rr(rv.UC_RISCV_REG_PC)
@@ -348,20 +380,14 @@ class Core:
             uc.emu_stop()
 
     def _on_mret(self, uc: Uc, address: int, size: int, _ud: object) -> None:
-        mstatus = self._rr(rv.UC_RISCV_REG_MSTATUS)
+        regs = self._trap_regs()
+        mstatus = regs[0]
         if not mstatus & MSTATUS_MPIE:
             return
-        cause = self._pending_cause(self._rr(rv.UC_RISCV_REG_MIE))
+        cause = self._pending_cause(regs[1])
         if cause:
             # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
-            chained = (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP
-            if chained != mstatus:
-                self._rw(rv.UC_RISCV_REG_MSTATUS, chained)
-            if cause != self._last_cause:
-                self._rw(rv.UC_RISCV_REG_MCAUSE, cause)
-            self._rw(rv.UC_RISCV_REG_PC, self._vector(cause))
-            self._last_cause = cause
-            self.traps += 1
+            self._take((mstatus & ~MSTATUS_MIE) | MSTATUS_MPP, cause, regs[2], None)
 
     def _on_csrr_mip(self, uc: Uc, address: int, size: int, rd: int) -> None:
         value = 0  # unicorn's own MEIP/MTIP/MSIP never rise; the rest stays 0 on one hart
@@ -371,9 +397,13 @@ class Core:
             value |= MIE_MTIE
         if self.clint.msip():
             value |= MIE_MSIE
-        if rd:
-            self._rw(rv.UC_RISCV_REG_X0 + rd, value)
-        self._rw(rv.UC_RISCV_REG_PC, address + 4)
+        if not rd:  # the value is discarded (x0 must never be written)
+            self._rw(rv.UC_RISCV_REG_PC, address + 4)
+            return
+        self._mip_ids[0] = rv.UC_RISCV_REG_X0 + rd  # rd and pc in one call
+        self._mip_vals[0] = value
+        self._mip_vals[1] = address + 4
+        uclib.uc_reg_write_batch(self._uch, self._mip_ids, self._mip_ptrs, 2)
 
     # ------------------------------------------------------------------ running
     def link_baud(self) -> float | None:
@@ -411,11 +441,11 @@ class Core:
         self._halt_reason = ""
         while board.now < t_end and board.core is self:
             self._sync_rx()
-            mstatus = self._rr(rv.UC_RISCV_REG_MSTATUS)
-            if mstatus & MSTATUS_MIE:
-                cause = self._pending_cause(self._rr(rv.UC_RISCV_REG_MIE))
+            regs = self._trap_regs()
+            if regs[0] & MSTATUS_MIE:
+                cause = self._pending_cause(regs[1])
                 if cause:
-                    self._enter_trap(cause, self._rr(rv.UC_RISCV_REG_PC))
+                    self._enter_trap(cause, regs[3])
             t_stop = self._next_event(t_end)
             hz = self.cpu_hz
             count = max(MIN_SLICE, int(min(t_stop - board.now, MAX_SLICE_S) * hz))
@@ -465,25 +495,40 @@ class Core:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so
         it is only installed while a wait loop is being confirmed)."""
         if on and self._store_hook is None:
-            self._store_hook = self.uc.hook_add(UC_HOOK_MEM_WRITE, self._on_store)
+            handle = ctypes.c_size_t()
+            status = uclib.uc_hook_add(
+                self._uch,
+                ctypes.byref(handle),
+                UC_HOOK_MEM_WRITE,
+                self._store_ptr,
+                None,
+                ctypes.c_uint64(1),
+                ctypes.c_uint64(0),
+            )
+            if status:
+                raise UcError(status)
+            self._store_hook = handle.value
         elif not on and self._store_hook is not None:
-            self.uc.hook_del(self._store_hook)
+            uclib.uc_hook_del(self._uch, self._store_hook)
             self._store_hook = None
 
-    def _on_store(
-        self, _uc: Uc, _access: int, address: int, size: int, value: int, _ud: object
+    def _on_store_raw(
+        self, _h: object, _access: int, address: int, size: int, value: int, _ud: object
     ) -> None:
         """Count stores that change memory. Rewriting the value a cell already holds
         (a flag cleared again, a small memset) leaves the loop's state as it was. The
         first changing store answers a wait-loop confirmation: stop watching then (the
         hook is costly); while learning a loop every store is counted."""
-        off = self.board.sram.offset(address, size)
-        new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
-        if off is not None and self.board.sram.data[off : off + size] == new:
-            return
-        self._stores += 1
-        if self._armed:  # confirming a wait loop: one changing store is enough
-            self._watch_stores(False)
+        try:
+            off = Sram.offset(address, size)
+            new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+            if off is not None and self.board.sram.data[off : off + size] == new:
+                return
+            self._stores += 1
+            if self._armed:  # confirming a wait loop: one changing store is enough
+                self._watch_stores(False)
+        except BaseException as exc:  # noqa: BLE001 - reported by run()
+            self._fail(exc)
 
     def _learn_idle_loop(self) -> bool:
         """After a slice without MMIO or traps: is the hart spinning in a wait loop?

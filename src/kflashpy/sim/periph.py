@@ -190,18 +190,38 @@ class Plic:
         self.claimed: set[int] = set()
         self.sources: dict[int, Callable[[], bool]] = {}
         self.claims = 0
+        # Enabled sources with a priority, best first as (priority, irq, level); rebuilt
+        # lazily after a priority/enable write, because best() runs on every interrupt,
+        # mret and mip read (the threshold changes twice per interrupt: not part of it).
+        self._order: list[tuple[int, int, Callable[[], bool]]] | None = None
+        self._order_sources = 0
 
     def _enabled(self, irq: int) -> bool:
         return bool(self.enable[irq >> 5] >> (irq & 31) & 1)
 
+    def _candidates(self) -> list[tuple[int, int, Callable[[], bool]]]:
+        live = [
+            (self.priority[irq], irq, level)
+            for irq, level in self.sources.items()
+            if self.priority[irq] and self._enabled(irq)
+        ]
+        # stable sort: equal priorities keep source order (the lowest ID wins a tie)
+        live.sort(key=lambda item: -item[0])
+        self._order, self._order_sources = live, len(self.sources)
+        return live
+
     def best(self) -> int:
         """The source a claim would return now (0 = none)."""
-        best, best_prio = 0, self.threshold
-        for irq, level in self.sources.items():
-            prio = self.priority[irq]
-            if prio > best_prio and irq not in self.claimed and self._enabled(irq) and level():
-                best, best_prio = irq, prio
-        return best
+        order = self._order
+        if order is None or self._order_sources != len(self.sources):
+            order = self._candidates()
+        claimed, threshold = self.claimed, self.threshold
+        for prio, irq, level in order:
+            if prio <= threshold:
+                break
+            if level() and irq not in claimed:
+                return irq
+        return 0
 
     def read(self, offset: int, size: int) -> int:
         if offset == 0x20_0004:  # claim (the hot path: once per interrupt)
