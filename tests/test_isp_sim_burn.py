@@ -47,6 +47,8 @@ def test_cli_burns_a_kmodel_and_reports_each_region(tmp_path, capsys):
             "-b",
             str(BAUD),
             "burn",
+            "--stub",
+            "kflash",
             str(model),
             "--addr",
             "0x300000",
@@ -71,7 +73,7 @@ def test_kfpkg_burn_erase_and_reboot_into_the_firmware(tmp_path):
         [KfpkgEntry(0, "fw.bin", True, fw), KfpkgEntry(0x200000, "data.bin", False, data)],
     )
     plan = kflashpy.plan_burn(kfpkg=pkg)
-    with kflashpy.connect(SIM, board="maix-bit", baud=BAUD) as dev:
+    with kflashpy.connect(SIM, board="maix-bit", baud=BAUD, stub="kflash") as dev:
         caps = dev.stage2.capabilities
         assert {"write", "erase", "chip-erase", "reboot"} <= caps and "read" not in caps
         result = burn_on(dev, regions_of(plan), reboot=False)
@@ -103,7 +105,7 @@ def test_faults_are_recovered_without_silent_corruption(faults):
     """Seeded faults that hit: the burn recovers (resends after a barrier), and its
     claim of success is checked against the flash itself."""
     payload = os.urandom(48 * 1024)
-    with kflashpy.connect(f"{SIM}&{faults}", board="maix-bit", baud=BAUD) as dev:
+    with kflashpy.connect(f"{SIM}&{faults}", board="maix-bit", baud=BAUD, stub="kflash") as dev:
         board = dev.port.sim_board
         result = burn_on(dev, [WriteRegion(0x3F0000, payload, "p")], reboot=False)
         hit = board.status()["faults"]
@@ -117,7 +119,7 @@ def test_disconnect_mid_burn_fails_and_says_what_was_written(capsys):
     payload = os.urandom(128 * 1024)
     with (
         pytest.raises(KflashError) as e,
-        kflashpy.connect(f"{SIM}&disconnect=60000", board="maix-bit", baud=BAUD) as dev,
+        kflashpy.connect(f"{SIM}&disconnect=60000", board="maix-bit", baud=BAUD, stub="kflash") as dev,
     ):
         burn_on(dev, [WriteRegion(0x300000, payload, "model")], reboot=False)
     assert e.value.exit_code == 1
@@ -132,7 +134,7 @@ def test_ctrl_c_stops_at_a_frame_boundary_and_reports():
         if ev.stage == "write" and ev.done >= 0x10000:
             raise KeyboardInterrupt
 
-    with kflashpy.connect(SIM, board="maix-bit", baud=BAUD) as dev:
+    with kflashpy.connect(SIM, board="maix-bit", baud=BAUD, stub="kflash") as dev:
         with pytest.raises(Interrupted) as e:
             burn_on(dev, regions, reboot=False, progress=stop_after_first_frame)
         assert "cut short: model (65536 of 131072 B" in e.value.message
@@ -161,6 +163,8 @@ def test_cli_kfpkg_burn_leaves_exact_bytes(tmp_path, capsys):
                 str(BAUD),
                 "--no-progress",
                 "burn",
+            "--stub",
+            "kflash",
                 str(pkg),
                 "--no-reboot",
             ]

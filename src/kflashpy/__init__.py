@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 #: public names -> the module defining them, imported on first use so that
 #: ``import kflashpy`` stays cheap. Each area adds its own names here.
 _LAZY: dict[str, str] = {
+    "run_demo": "kflashpy.demo",
     # images, packages and layouts
     "wrap_boot_image": "kflashpy.image.bootimage",
     "unwrap_boot_image": "kflashpy.image.bootimage",

@@ -30,6 +30,7 @@ COMMAND_MODULES: list[str] = [
     "model",
     "run",
     "flashops",
+    "demo",
 ]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

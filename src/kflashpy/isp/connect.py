@@ -36,7 +36,6 @@ from .stubs import StubProgram, load_stub
 #: greetings per reset attempt, and reset rounds (each round tries every candidate wiring)
 GREETINGS_PER_RESET = 2
 RESET_ROUNDS = 3
-STUB_START_WAIT = 0.1  # the flasher initialises its UART before it can answer
 
 
 @dataclass
@@ -164,7 +163,7 @@ def start_stage2(
     rom.write_memory(program.load_address, program.image, progress, f"flasher {program.name}")
     rom.boot(program.entry)
     dev.link.set_baud(ROM_BAUD)  # every flasher starts at the ROM's default rate
-    dev.link.wait(STUB_START_WAIT)
+    dev.link.wait(program.start_wait)
     s2 = program.make_client(dev.link)
     s2.greet()
     dev.stub, dev.stage2 = program, s2

@@ -26,15 +26,11 @@ from ..units import fmt_addr
 from .connect import connect
 from .stage2 import CAP_HASH, CAP_IDENTIFY, CAP_READ, Stage2
 
-DEFAULT_STUB = "kflashpy"
-
 #: JEDEC manufacturer bytes of the flash chips found on K210 boards
 MANUFACTURERS = {0xEF: "Winbond", 0xC8: "GigaDevice", 0x20: "Micron/XMC", 0x85: "Puya"}
 
 
 def _connect(options: dict[str, Any], progress: ProgressFn | None):
-    options = dict(options)
-    options["stub"] = options.get("stub") or DEFAULT_STUB
     return connect(progress=progress, **options)
 
 

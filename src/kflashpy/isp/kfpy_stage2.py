@@ -627,4 +627,5 @@ def kflashpy_program() -> StubProgram:
         boot.load_address,
         boot.entry,
         lambda link: KfpyStage2(link, bootstrap=True, build=build),
+        start_wait=0.0,  # the bootstrap polls its UART from its first instruction
     )

@@ -42,6 +42,9 @@ class StubProgram:
     load_address: int
     entry: int
     make_client: Callable[[Link], Stage2]
+    #: seconds the program needs after boot before it can answer (kflash-family
+    #: stubs set up their UART first; a program that answers at once uses 0)
+    start_wait: float = 0.1
 
     @property
     def sha256(self) -> str:
@@ -105,7 +108,7 @@ def _load_kflashpy() -> StubProgram:
 
 register("kflashpy", _load_kflashpy)
 
-DEFAULT_STUB = "kflash"
+DEFAULT_STUB = "kflashpy"  # ours: hashes, verifies, skips unchanged sectors
 
 
 def load_stub(spec: str | None = None) -> StubProgram:
