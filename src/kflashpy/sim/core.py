@@ -81,12 +81,7 @@ _TRAP_READ = (
     rv.UC_RISCV_REG_MTVEC,
     rv.UC_RISCV_REG_PC,
 )
-_TRAP_WRITE = (
-    rv.UC_RISCV_REG_MSTATUS,
-    rv.UC_RISCV_REG_MCAUSE,
-    rv.UC_RISCV_REG_PC,
-    rv.UC_RISCV_REG_MEPC,
-)
+_TRAP_WRITE = (rv.UC_RISCV_REG_MSTATUS, rv.UC_RISCV_REG_MCAUSE, rv.UC_RISCV_REG_MEPC)
 _NEVER = (1 << 64) - 1  # mtimecmp reset value
 _UNTIL = 0xFFFF_FFFF_FFFF_FFFE  # never reached: slices end by instruction count
 
@@ -105,6 +100,11 @@ _PLAIN = (
     (0x5046_0000, 0x1000, "rtc"),
 )
 _IRQ = {"uart1": 11, "uart2": 12, "uart3": 13, "uarths": 33}
+
+
+def _vector(tvec: int, cause: int) -> int:
+    """Trap target for ``cause`` under ``mtvec`` (direct, or vectored for interrupts)."""
+    return (tvec & ~3) + 4 * (cause & 0x3F) if tvec & 1 and cause & IRQ_BIT else tvec & ~3
 
 
 def _reg_batch(regs: tuple[int, ...]) -> tuple[Any, Any, Any]:
@@ -131,6 +131,7 @@ class Core:
         self._reset_requested = False
         self._keep: list[object] = []  # ctypes callbacks must outlive the emulator
         self._error: BaseException | None = None
+        self._last_cause = -1  # mcause as last written (guests rarely write it)
         self._halt_reason = ""
         self._mmio_count = 0  # MMIO accesses so far (idle detection)
         self._idle_hit = False
@@ -150,7 +151,6 @@ class Core:
         self._gpr_ids, self._gpr_vals, self._gpr_ptrs = _reg_batch(_GPRS)
         self._trap_ids, self._trap_vals, self._trap_ptrs = _reg_batch(_TRAP_READ)
         self._tw_ids, self._tw_vals, self._tw_ptrs = _reg_batch(_TRAP_WRITE)
-        self._mip_ids, self._mip_vals, self._mip_ptrs = _reg_batch((0, rv.UC_RISCV_REG_PC))
         # the store watcher's callback, made once: hooks come and go many times a second
         self._store_ptr = HOOK_MEM_ACCESS_CFUNC(self._on_store_raw)
         self._keep.append(self._store_ptr)
@@ -345,15 +345,18 @@ class Core:
         return self._trap_vals
 
     def _take(self, mstatus: int, cause: int, tvec: int, epc: int | None) -> None:
-        """Write a trap entry in one call: mstatus, mcause, pc = the vector (and mepc
-        unless ``epc`` is None: a chained interrupt keeps the first one's mepc)."""
+        """Enter a trap: mstatus, mcause (and mepc unless ``epc`` is None: a chained
+        interrupt keeps the first one's) in one call, then pc = the vector. The pc goes
+        alone: unicorn 2.1.4's batch write does not redirect a running hart (inside a
+        code hook the instruction is executed again)."""
         vals = self._tw_vals
         vals[0] = mstatus
         vals[1] = cause
-        vals[2] = (tvec & ~3) + 4 * (cause & 0x3F) if tvec & 1 and cause & IRQ_BIT else tvec & ~3
         if epc is not None:
-            vals[3] = epc
-        uclib.uc_reg_write_batch(self._uch, self._tw_ids, self._tw_ptrs, 3 if epc is None else 4)
+            vals[2] = epc
+        uclib.uc_reg_write_batch(self._uch, self._tw_ids, self._tw_ptrs, 2 if epc is None else 3)
+        self._rw(rv.UC_RISCV_REG_PC, _vector(tvec, cause))
+        self._last_cause = cause
         self.traps += 1
 
     def _pending_cause(self, mie: int) -> int:
@@ -387,7 +390,12 @@ class Core:
         cause = self._pending_cause(regs[1])
         if cause:
             # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
-            self._take((mstatus & ~MSTATUS_MIE) | MSTATUS_MPP, cause, regs[2], None)
+            chained = (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP
+            if chained != mstatus or cause != self._last_cause:
+                self._take(chained, cause, regs[2], None)
+            else:  # the usual case: only the pc changes (CSR writes cost more)
+                self._rw(rv.UC_RISCV_REG_PC, _vector(regs[2], cause))
+                self.traps += 1
 
     def _on_csrr_mip(self, uc: Uc, address: int, size: int, rd: int) -> None:
         value = 0  # unicorn's own MEIP/MTIP/MSIP never rise; the rest stays 0 on one hart
@@ -397,13 +405,9 @@ class Core:
             value |= MIE_MTIE
         if self.clint.msip():
             value |= MIE_MSIE
-        if not rd:  # the value is discarded (x0 must never be written)
-            self._rw(rv.UC_RISCV_REG_PC, address + 4)
-            return
-        self._mip_ids[0] = rv.UC_RISCV_REG_X0 + rd  # rd and pc in one call
-        self._mip_vals[0] = value
-        self._mip_vals[1] = address + 4
-        uclib.uc_reg_write_batch(self._uch, self._mip_ids, self._mip_ptrs, 2)
+        if rd:
+            self._rw(rv.UC_RISCV_REG_X0 + rd, value)
+        self._rw(rv.UC_RISCV_REG_PC, address + 4)
 
     # ------------------------------------------------------------------ running
     def link_baud(self) -> float | None:

@@ -90,6 +90,7 @@ class Spi3:
         ctrlr0 = self._reg(CTRLR0)
         dfs_shift, dfs_mask, tmod_shift, frf_shift = self._layout
         self._fb = ((ctrlr0 >> dfs_shift & dfs_mask) + 1 + 7) // 8
+        self._fmask = (1 << (8 * self._fb)) - 1
         self._tmod_v = ctrlr0 >> tmod_shift & 3
         self._frf_v = ctrlr0 >> frf_shift & 3
         self._bits_cost = 8 * (self._reg(BAUDR) & 0xFFFE or 2)
@@ -170,19 +171,20 @@ class Spi3:
             self.rx_left = self._reg(CTRLR1) + 1
 
     def _to_bytes(self, frame: int) -> bytes:
-        fb = self._frame_bytes()
-        return (frame & ((1 << (8 * fb)) - 1)).to_bytes(fb, "big")
+        return (frame & self._fmask).to_bytes(self._fb, "big")
 
     def _push(self, frame: int) -> None:
+        # the hot path of page programs (one call per data byte): kept call-free
         if not self.selected or self.enh:
             self.txq.append(frame)
             return
-        data = self._to_bytes(frame)
+        fb = self._fb
+        data = (frame & self._fmask).to_bytes(fb, "big")
         if self._first < 0:
             self._first = data[0]
-        self._charge(len(data))
+        self._stall(fb * self._bits_cost / self._src())
         rx = self.flash.exchange(data, self._now())
-        if self._tmod() == TMOD_TXRX:
+        if self._tmod_v == TMOD_TXRX:
             self.rxq += rx
 
     def _fill(self) -> None:
