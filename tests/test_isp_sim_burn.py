@@ -119,7 +119,9 @@ def test_disconnect_mid_burn_fails_and_says_what_was_written(capsys):
     payload = os.urandom(128 * 1024)
     with (
         pytest.raises(KflashError) as e,
-        kflashpy.connect(f"{SIM}&disconnect=60000", board="maix-bit", baud=BAUD, stub="kflash") as dev,
+        kflashpy.connect(
+            f"{SIM}&disconnect=60000", board="maix-bit", baud=BAUD, stub="kflash"
+        ) as dev,
     ):
         burn_on(dev, [WriteRegion(0x300000, payload, "model")], reboot=False)
     assert e.value.exit_code == 1
@@ -163,8 +165,8 @@ def test_cli_kfpkg_burn_leaves_exact_bytes(tmp_path, capsys):
                 str(BAUD),
                 "--no-progress",
                 "burn",
-            "--stub",
-            "kflash",
+                "--stub",
+                "kflash",
                 str(pkg),
                 "--no-reboot",
             ]

@@ -25,13 +25,12 @@ import os
 import re
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..errors import FormatError, IntegrityError, KeyMaterialError, UsageError
-from ..image.keys import is_hex_text
+from ..image.keys import load_key
 
 __all__ = [
     "MAGIC",
@@ -245,16 +244,6 @@ def unseal_bytes(blob: bytes, key: bytes, source: str = "sealed file") -> bytes:
 _HEX = re.compile(r"^(?:0x)?([0-9a-fA-F]*)$")
 
 
-def _parse_hex(text: str, source: str) -> bytes:
-    m = _HEX.match(re.sub(r"[\s:_-]", "", text))
-    if not m or len(m.group(1)) != 2 * KEY_SIZE:
-        raise KeyMaterialError(
-            f"seal key from {source}: expected {2 * KEY_SIZE} hex digits ({KEY_SIZE} bytes)",
-            "create one with `kflashpy model keygen KEYFILE`",
-        )
-    return bytes.fromhex(m.group(1))
-
-
 def load_seal_key(
     *,
     hex_text: str | None = None,
@@ -263,39 +252,13 @@ def load_seal_key(
 ) -> bytes:
     """The 32-byte master key from exactly one source: a file (32 raw bytes or 64 hex
     digits), an environment variable (hex) or hex text. Never echoes the key."""
-    given = [s for s in (hex_text, file, env) if s is not None]
-    if len(given) != 1:
+    key = load_key(hex_text=hex_text, file=file, env=env, size=KEY_SIZE, what="seal key")
+    if key is None:
         raise UsageError(
-            "give the seal key exactly once" if given else "no seal key given",
+            "no seal key given",
             f"use --key-file FILE, --key-env NAME (default {DEFAULT_KEY_ENV}) or --key-hex",
         )
-    if file is not None:
-        try:
-            raw = Path(file).read_bytes()
-        except OSError as e:
-            raise KeyMaterialError(
-                f"seal key file {file}: cannot read: {e.strerror or e}",
-                "check the path, or create a key with `kflashpy model keygen KEYFILE`",
-            ) from None
-        if len(raw) == KEY_SIZE and not is_hex_text(raw):
-            return raw
-        try:
-            return _parse_hex(raw.decode("ascii"), f"file {file}")
-        except UnicodeDecodeError:
-            raise KeyMaterialError(
-                f"seal key file {file}: {len(raw)} bytes, neither {KEY_SIZE} raw bytes nor hex",
-                "create one with `kflashpy model keygen KEYFILE`",
-            ) from None
-    if env is not None:
-        value = os.environ.get(env)
-        if value is None:
-            raise KeyMaterialError(
-                f"seal key: environment variable {env} is not set",
-                f"export {env}=<{2 * KEY_SIZE} hex digits> or use --key-file",
-            )
-        return _parse_hex(value, f"environment variable {env}")
-    assert hex_text is not None
-    return _parse_hex(hex_text, "--key-hex")
+    return key
 
 
 def new_key() -> bytes:
