@@ -28,6 +28,11 @@ from simbench import KFLASH_DIO_FLAG, KFLASH_WRAPPER, boot_image, served_board  
 
 
 def test_kflash_116_burns_and_reboots_through_our_flasher(tmp_path):
+    # 115200, not 1.5 Mbaud: kflash.py 1.1.6 moves on to the next frame after a
+    # bad-checksum reply without resending (a known kflash bug), and at 1.5 Mbaud the
+    # virtual board's slice-granular RX delivery can overrun the UART FIFO while our
+    # flasher programs the previous frame (docs/simulator.md, "Known timing limits"),
+    # which made this test flaky. The protocol under test is the same at any rate.
     firmware = os.urandom(70000)
     (tmp_path / "fw.bin").write_bytes(firmware)
     (tmp_path / "flasher.bin").write_bytes(load().flasher.image)
@@ -35,7 +40,7 @@ def test_kflash_116_burns_and_reboots_through_our_flasher(tmp_path):
     with served_board() as server:
         proc = subprocess.run(
             [sys.executable, str(tmp_path / "kflash_pty.py"), "-n", "-p", server.path,
-             "-b", "1500000", "-B", "dan", "-l", str(tmp_path / "flasher.bin"),
+             "-b", "115200", "-B", "dan", "-l", str(tmp_path / "flasher.bin"),
              str(tmp_path / "fw.bin")],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
