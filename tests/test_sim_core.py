@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import serial
+from simwire import reply
 
 from kflashpy.isp.frames import build_request, legacy_short_request
-from kflashpy.isp.slip import SlipDecoder, encode
+from kflashpy.isp.slip import encode
 from kflashpy.sim.memory import SRAM_BASE
 
 pytest.importorskip("unicorn")
@@ -91,18 +92,6 @@ def open_isp() -> serial.SerialBase:
     port.reset_input_buffer()
     assert port.sim_board.stage == "isp"
     return port
-
-
-def reply(port: serial.SerialBase, timeout: float = 1.0) -> bytes | None:
-    dec = SlipDecoder()
-    board = port.sim_board
-    deadline = board.now + timeout
-    port.timeout = 0.01
-    while board.now < deadline:
-        frames = dec.feed(port.read(64))
-        if frames:
-            return frames[0]
-    return None
 
 
 def upload_and_boot(port: serial.SerialBase, image: bytes, entry: int = SRAM_BASE) -> None:

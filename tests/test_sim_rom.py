@@ -7,10 +7,11 @@ import struct
 
 import pytest
 import serial
+from simwire import reply
 
 from kflashpy.errors import InputError
 from kflashpy.isp.frames import build_request, legacy_short_request
-from kflashpy.isp.slip import SlipDecoder, encode
+from kflashpy.isp.slip import encode
 from kflashpy.sim import BoardConfig, VirtualBoard
 from kflashpy.sim.memory import SRAM_BASE
 
@@ -40,21 +41,9 @@ def isp_reset_dan(port: serial.SerialBase) -> None:
     port.reset_input_buffer()
 
 
-def reply(port: serial.SerialBase, timeout: float = 0.5) -> bytes | None:
-    dec = SlipDecoder()
-    board = port.sim_board
-    deadline = board.now + timeout
-    port.timeout = 0.01
-    while board.now < deadline:
-        frames = dec.feed(port.read(64))
-        if frames:
-            return frames[0]
-    return None
-
-
 def request(port: serial.SerialBase, packet: bytes) -> bytes | None:
     port.write(encode(packet))
-    return reply(port)
+    return reply(port, 0.5)
 
 
 @pytest.fixture
