@@ -115,20 +115,24 @@ def test_faults_are_recovered_without_silent_corruption(faults):
         assert board.flash.read(0x3F0000, len(payload)) == payload
 
 
-def test_disconnect_mid_burn_fails_and_says_what_was_written(capsys):
+#: both flashers: the kflash 1.1.6 one (at a rate that needs a baud switch) and ours
+STUBS = pytest.mark.parametrize("stub,baud", [("kflash", BAUD), ("kflashpy", None)])
+
+
+@STUBS
+def test_disconnect_mid_burn_fails_and_says_what_was_written(stub, baud):
     payload = os.urandom(128 * 1024)
     with (
         pytest.raises(KflashError) as e,
-        kflashpy.connect(
-            f"{SIM}&disconnect=60000", board="maix-bit", baud=BAUD, stub="kflash"
-        ) as dev,
+        kflashpy.connect(f"{SIM}&disconnect=60000", board="maix-bit", baud=baud, stub=stub) as dev,
     ):
         burn_on(dev, [WriteRegion(0x300000, payload, "model")], reboot=False)
     assert e.value.exit_code == 1
     assert "model:" in e.value.hint and "acknowledged before the failure" in e.value.hint
 
 
-def test_ctrl_c_stops_at_a_frame_boundary_and_reports():
+@STUBS
+def test_ctrl_c_stops_at_a_frame_boundary_and_reports(stub, baud):
     payload = os.urandom(128 * 1024)
     regions = [WriteRegion(0x300000, payload, "model"), WriteRegion(0x400000, b"x" * 10, "tail")]
 
@@ -136,7 +140,7 @@ def test_ctrl_c_stops_at_a_frame_boundary_and_reports():
         if ev.stage == "write" and ev.done >= 0x10000:
             raise KeyboardInterrupt
 
-    with kflashpy.connect(SIM, board="maix-bit", baud=BAUD, stub="kflash") as dev:
+    with kflashpy.connect(SIM, board="maix-bit", baud=baud, stub=stub) as dev:
         with pytest.raises(Interrupted) as e:
             burn_on(dev, regions, reboot=False, progress=stop_after_first_frame)
         assert "cut short: model (65536 of 131072 B" in e.value.message
