@@ -298,7 +298,10 @@ static void spi_write32(u32 insn_addr, const u8 *data, u32 n)
     }
     SPI_SER = 1;
     while (i < words) {
+        /* top up at most 8 entries (5 us of SCLK) between two link polls: at 3 Mbaud
+         * the 16-byte UART FIFO fills in 53 us */
         u32 room = 32 - SPI_TXFLR;
+        room = room < 8 ? room : 8;
         while (room-- && i < words) {
             SPI_DR = be32(data + 4 * i);
             i++;
@@ -489,22 +492,44 @@ static void chip_erase(void)
     flash_wait(0); /* 40 s typical: just poll */
 }
 
+/* SHA-256 of one erased 4 KiB sector, computed on first use: hash lists of blank
+ * flash (a first burn) then cost the SPI reads only */
+static u8 blank_digest[32];
+static int blank_digest_ok;
+
 /* SHA-256 of [addr, addr+n); `also` (if set) is fed the same bytes */
 static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
 {
     struct sha256 s;
     u8 buf[PAGE];
+    int blank = n == SECTOR && !also;
     sha256_init(&s);
-    while (n) {
-        u32 k = n < PAGE ? n : PAGE;
+    if (blank) { /* read the sector first; hash it only if it holds data */
+        for (u32 pg = 0; pg < SECTOR && blank; pg += PAGE) {
+            flash_read(addr + pg, buf, PAGE);
+            blank = is_blank(buf, PAGE);
+        }
+        if (blank && blank_digest_ok) {
+            for (int i = 0; i < 32; i++)
+                out[i] = blank_digest[i];
+            return;
+        }
+    }
+    for (u32 left = n; left;) {
+        u32 k = left < PAGE ? left : PAGE;
         flash_read(addr, buf, k);
         sha256_update(&s, buf, k);
         if (also)
             sha256_update(also, buf, k);
         addr += k;
-        n -= k;
+        left -= k;
     }
     sha256_final(&s, out);
+    if (blank) {
+        for (int i = 0; i < 32; i++)
+            blank_digest[i] = out[i];
+        blank_digest_ok = 1;
+    }
 }
 
 /* --------------------------------------------------------------- commands -- */

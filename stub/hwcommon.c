@@ -48,6 +48,9 @@ void clock_init(void)
         /* aclk = PLL0 / 2, apb0 = aclk / 2, SPI3 from PLL0 */
         SYSCTL_CLK_SEL0 = (SYSCTL_CLK_SEL0 & ~0x103Fu) | 1u | (1u << 3) | (1u << 12);
     }
+    /* SPI3 from PLL0 even when the PLL was already running (the ROM leaves the
+     * selector on IN0: SCLK would be 1.6 MHz instead of 48.75 MHz) */
+    SYSCTL_CLK_SEL0 |= 1u << 12;
     SYSCTL_CLK_TH1 = (SYSCTL_CLK_TH1 & 0x00FFFFFFu) | (SPI3_THRESHOLD << 24);
     SYSCTL_CLK_EN_PERI |= PERI_SPI3 | PERI_UART3 | PERI_FPIOA;
     loops_per_us = cpu_hz() / 2000000u;

@@ -1,37 +1,57 @@
 /* Raw DEFLATE (RFC 1951) decoder for compressed writes. The host compresses each
  * block of up to 64 KiB independently (zlib, wbits -15), so all back references
- * stay inside the output buffer. Canonical Huffman codes are decoded bit by bit:
- * slower than table lookup, but small, and still far faster than the UART feeds
- * it. The receive hook runs every few symbols so the link never overflows.
+ * stay inside the output buffer. Codes of up to FAST_BITS bits (nearly all of them in
+ * practice) are decoded with one table lookup; longer ones bit by bit from the
+ * canonical code counts. The receive hook runs every few symbols so the link never
+ * overflows.
  * SPDX-License-Identifier: MIT
  */
 #include "flasher.h"
 
+#define FAST_BITS 9
+#define FAST_SIZE (1u << FAST_BITS)
+
+/* Bits are taken LSB first. Past the end of the input the buffer is filled with zero
+ * bytes (counted in `over`) so a lookup can peek FAST_BITS ahead; consuming any of
+ * those padding bits is the error. */
 struct bits {
     const u8 *p, *end;
-    u32 buf, cnt;
+    u32 buf, cnt, over;
     int err;
 };
 
 struct huff {
-    u16 count[16]; /* codes of each length */
-    u16 sym[288];  /* symbols ordered by code */
+    u16 count[16];        /* codes of each length */
+    u16 sym[288];         /* symbols ordered by code */
+    u16 fast[FAST_SIZE];  /* next FAST_BITS input bits -> length << 9 | symbol; 0: longer */
 };
 
-static u32 getbits(struct bits *b, u32 n)
+static void fill(struct bits *b, u32 n)
 {
     while (b->cnt < n) {
         u32 c = 0;
         if (b->p < b->end)
             c = *b->p++;
         else
-            b->err = 1;
+            b->over++;
         b->buf |= c << b->cnt;
         b->cnt += 8;
     }
-    u32 v = b->buf & ((1u << n) - 1);
+}
+
+static void consume(struct bits *b, u32 n)
+{
     b->buf >>= n;
     b->cnt -= n;
+    if (b->cnt < 8 * b->over)
+        b->err = 1;
+}
+
+static u32 getbits(struct bits *b, u32 n)
+{
+    fill(b, n);
+    u32 v = b->buf & ((1u << n) - 1);
+    consume(b, n);
     return v;
 }
 
@@ -56,11 +76,35 @@ static int huff_build(struct huff *h, const u8 *lens, u32 n)
     for (u32 i = 0; i < n; i++)
         if (lens[i])
             h->sym[offs[lens[i]]++] = (u16)i;
+    /* short codes into the lookup table: canonical code values in order, stored
+     * bit-reversed (the stream sends a code's most significant bit first) and
+     * repeated for every value of the bits that follow it */
+    for (u32 i = 0; i < FAST_SIZE; i++)
+        h->fast[i] = 0;
+    u32 code = 0, index = 0;
+    for (u32 len = 1; len <= FAST_BITS; len++) {
+        uart_poll(); /* a whole table takes ~15k instructions */
+        for (u32 k = 0; k < h->count[len]; k++, code++) {
+            u32 rev = 0;
+            for (u32 j = 0; j < len; j++)
+                rev |= ((code >> j) & 1) << (len - 1 - j);
+            for (u32 x = rev; x < FAST_SIZE; x += 1u << len)
+                h->fast[x] = (u16)(len << 9 | h->sym[index + k]);
+        }
+        index += h->count[len];
+        code <<= 1;
+    }
     return 0;
 }
 
 static int huff_decode(struct bits *b, const struct huff *h)
 {
+    fill(b, FAST_BITS);
+    u32 e = h->fast[b->buf & (FAST_SIZE - 1)];
+    if (e) {
+        consume(b, e >> 9);
+        return (int)(e & 511);
+    }
     int code = 0, first = 0, index = 0;
     for (int len = 1; len < 16; len++) {
         code |= (int)getbits(b, 1);
@@ -123,7 +167,7 @@ static struct huff lit_tree, dist_tree;
 int inflate_raw(const u8 *src, u32 n, u8 *out, u32 cap, u32 *out_len)
 {
     static const u8 order[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
-    struct bits b = {src, src + n, 0, 0, 0};
+    struct bits b = {src, src + n, 0, 0, 0, 0};
     u8 lens[320];
     u32 o = 0;
     int last;
@@ -131,15 +175,20 @@ int inflate_raw(const u8 *src, u32 n, u8 *out, u32 cap, u32 *out_len)
         last = (int)getbits(&b, 1);
         u32 type = getbits(&b, 2);
         if (type == 0) {
-            b.buf = b.cnt = 0; /* to a byte boundary */
+            /* to a byte boundary: whole bytes already buffered go back to the input */
+            b.p -= (b.cnt >> 3) - b.over;
+            b.buf = b.cnt = b.over = 0;
             if (b.end - b.p < 4)
                 return -1;
             u32 len = b.p[0] | (b.p[1] << 8), nlen = b.p[2] | (b.p[3] << 8);
             b.p += 4;
             if ((len ^ 0xFFFF) != nlen || len > (u32)(b.end - b.p) || len > cap - o)
                 return -1;
-            for (u32 i = 0; i < len; i++)
+            for (u32 i = 0; i < len; i++) {
                 out[o++] = *b.p++;
+                if ((i & 1023) == 1023)
+                    uart_poll();
+            }
         } else if (type == 1) {
             u32 i = 0;
             for (; i < 144; i++)
@@ -166,6 +215,8 @@ int inflate_raw(const u8 *src, u32 n, u8 *out, u32 cap, u32 *out_len)
                 return -1;
             u32 i = 0;
             while (i < nlit + ndist) {
+                if ((i & 15) == 0)
+                    uart_poll(); /* up to 316 bit-by-bit decodes: keep the link served */
                 int s = huff_decode(&b, &lit_tree);
                 if (b.err)
                     return -1;

@@ -16,6 +16,19 @@ static const u32 K[64] = {
 };
 
 #define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+#define BSIG0(x) (ROR(x, 2) ^ ROR(x, 13) ^ ROR(x, 22))
+#define BSIG1(x) (ROR(x, 6) ^ ROR(x, 11) ^ ROR(x, 25))
+#define SSIG0(x) (ROR(x, 7) ^ ROR(x, 18) ^ ((x) >> 3))
+#define SSIG1(x) (ROR(x, 17) ^ ROR(x, 19) ^ ((x) >> 10))
+/* One round with the eight working variables renamed instead of moved: eight rounds
+ * in a row bring every name back to its place, so the loop body runs eight rounds.
+ * Ch and Maj in their reduced forms (one operation fewer each). */
+#define ROUND(a, b, c, d, e, f, g, h, i)                                                       \
+    do {                                                                                       \
+        u32 t1 = h + BSIG1(e) + (g ^ (e & (f ^ g))) + K[i] + w[i];                             \
+        d += t1;                                                                               \
+        h = t1 + BSIG0(a) + ((a & b) | (c & (a | b)));                                         \
+    } while (0)
 
 static void sha_block(struct sha256 *s, const u8 *p)
 {
@@ -23,24 +36,19 @@ static void sha_block(struct sha256 *s, const u8 *p)
     for (int i = 0; i < 16; i++)
         w[i] = ((u32)p[4 * i] << 24) | ((u32)p[4 * i + 1] << 16) | ((u32)p[4 * i + 2] << 8) |
                p[4 * i + 3];
-    for (int i = 16; i < 64; i++) {
-        u32 s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        u32 s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
+    for (int i = 16; i < 64; i++)
+        w[i] = w[i - 16] + SSIG0(w[i - 15]) + w[i - 7] + SSIG1(w[i - 2]);
     u32 a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3];
     u32 e = s->h[4], f = s->h[5], g = s->h[6], h = s->h[7];
-    for (int i = 0; i < 64; i++) {
-        u32 t1 = h + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
-        u32 t2 = (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-        h = g;
-        g = f;
-        f = e;
-        e = d + t1;
-        d = c;
-        c = b;
-        b = a;
-        a = t1 + t2;
+    for (int i = 0; i < 64; i += 8) {
+        ROUND(a, b, c, d, e, f, g, h, i);
+        ROUND(h, a, b, c, d, e, f, g, i + 1);
+        ROUND(g, h, a, b, c, d, e, f, i + 2);
+        ROUND(f, g, h, a, b, c, d, e, i + 3);
+        ROUND(e, f, g, h, a, b, c, d, i + 4);
+        ROUND(d, e, f, g, h, a, b, c, i + 5);
+        ROUND(c, d, e, f, g, h, a, b, i + 6);
+        ROUND(b, c, d, e, f, g, h, a, i + 7);
     }
     s->h[0] += a;
     s->h[1] += b;

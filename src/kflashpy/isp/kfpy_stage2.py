@@ -627,5 +627,7 @@ def kflashpy_program() -> StubProgram:
         boot.load_address,
         boot.entry,
         lambda link: KfpyStage2(link, bootstrap=True, build=build),
-        start_wait=0.0,  # the bootstrap polls its UART from its first instruction
+        # the boot command's 18 bytes take 1.6 ms at 115200 and the ROM jumps after the
+        # last one: a greeting sent sooner reaches the ROM's UART instead (and is lost)
+        start_wait=0.003,
     )
