@@ -1,8 +1,9 @@
 """kflashpy's flasher vs PyPI kflash.py 1.1.6 (client and stub), in the simulator's virtual time.
 
 Cases: the 1.35 MB YOLO kmodel at 0x300000 and a 1.5 MB firmware-like payload (zlib-9
-ratio ~0.60, burnt as a boot image at 0), at 115200, 1.5 M and 3 M baud; for our flasher
-also a reflash of unchanged content and of a 10 % change (every 10th 4 KiB sector). Each
+ratio ~0.60, burnt as a boot image at 0), at 115200, 1.5 M and 3 M baud, on a blank
+flash; for our flasher also a reflash of unchanged content, of a 10 % change (every
+10th 4 KiB sector), and a burn over other data (every block must be erased). Each
 line also shows the physical floor: max(wire time of the zlib-9 compressed bytes, erase
 + program time at the flash model's typical timings). Times run from opening the port
 (reset) to the end, including the reboot; ours include the on-board SHA-256 verification.
@@ -18,6 +19,7 @@ import argparse
 import hashlib
 import json
 import math
+import random
 import sys
 import tempfile
 import time
@@ -38,35 +40,6 @@ YOLO = (
     / "shared/fixtures/kmodels/v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel"
 )
 BAUDS = (115200, 1500000, 3000000)
-
-
-def apply_sim_rx_fix() -> None:
-    """The RX-timing fix proposed to sim-core (scratch/stub/notes-for-sim-core.md).
-
-    The simulator hands UART bytes to the core only between instruction slices, while SPI
-    transfers add stall time inside a slice; a polled flasher that reads the UART between
-    SPI transfers (as hardware allows) then loses bytes to FIFO overruns. With this fix a
-    read of the link UART first takes the bytes that arrived by the core's current time.
-    Only applied with --sim-rx-fix, and said so in the output.
-    """
-    from kflashpy.sim import core, uarts
-
-    plain_read, plain_init = uarts.DwUart.read, core.Core.__init__
-
-    def read(self, offset, size):
-        c = getattr(self, "_core", None)
-        if c is not None and self is c.rx_uart and offset in (uarts.RBR, uarts.LSR, uarts.RFL):
-            for _, chunk in c.board.to_board.receive(c._time(), self.baud()):
-                self.receive(chunk)
-        return plain_read(self, offset, size)
-
-    def init(self, board, entry):
-        plain_init(self, board, entry)
-        for u in self.uarts.values():
-            u._core = self
-
-    uarts.DwUart.read = read
-    core.Core.__init__ = init
 
 
 @dataclass
@@ -108,6 +81,15 @@ def ours(case: str, image: bytes, address: int, baud: int, flash: Path) -> Row:
         total = board.now - verify  # the extra hash above is not part of the burn
     host = time.monotonic() - h0
     return Row(case, "kflashpy", baud, len(image), total, ready, verify, 0.0, host, ok)
+
+
+def old_content(flash: Path, address: int, size: int) -> None:
+    """Fill the region with other data (a previous firmware or model): every block
+    must then be erased, so the floor's erase time is really spent."""
+    rng = random.Random(size)
+    with flash.open("r+b") as f:
+        f.seek(address)
+        f.write(rng.randbytes(size))
 
 
 def changed(image: bytes) -> bytes:
@@ -153,9 +135,12 @@ def run(args) -> list[Row]:
                     flash = Path(tmp) / "board.img"
                     flash.write_bytes(b"\xff" * (16 << 20))
                     for case, img in ((kind, image), (f"{kind} unchanged", image),
-                                      (f"{kind} 10% changed", changed(image))):  # fmt: skip
+                                      (f"{kind} 10% changed", changed(image)),
+                                      (f"{kind} over old data", image)):  # fmt: skip
                         if case != kind and not args.reflash:
                             continue
+                        if case.endswith("old data"):
+                            old_content(flash, address, len(img))
                         row = ours(case, img, address, baud, flash)
                         row.floor_s = floor
                         rows.append(row)
@@ -189,11 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--payload", action="append", choices=["kmodel", "firmware"])
     ap.add_argument("--no-reflash", dest="reflash", action="store_false")
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--sim-rx-fix", action="store_true", help="see apply_sim_rx_fix()")
     args = ap.parse_args(argv)
-    if args.sim_rx_fix:
-        apply_sim_rx_fix()
-        print("NOTE: simulator patched with the proposed UART RX timing fix", flush=True)
     rows = run(args)
     print()
     print(table(rows, header=True))

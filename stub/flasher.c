@@ -347,12 +347,18 @@ static void flash_simple(u8 op)
     spi_send(&op, 1, 0, 0);
 }
 
-static void flash_erase(u8 op, u32 addr)
+/* issue an erase and return at once; flash_wait() ends it */
+static void flash_erase_start(u8 op, u32 addr)
 {
     u8 c[4];
     cmd_addr(c, op, addr);
     flash_simple(0x06);
     spi_send(c, 4, 0, 0);
+}
+
+static void flash_erase(u8 op, u32 addr)
+{
+    flash_erase_start(op, addr);
     flash_wait(op == 0xD8 ? 90000 : op == 0x52 ? 72000 : 27000);
 }
 
@@ -426,45 +432,141 @@ static int is_blank(const u8 *p, u32 n)
     return 1;
 }
 
-/* Write n bytes at addr, any alignment. Works unit by unit (64 KiB block where
- * the range covers one, else 4 KiB sector): read the unit, merge the new bytes,
- * erase only if some bit must go from 0 to 1, then program only the pages that
- * change. Unchanged and blank areas therefore cost a read, not an erase. */
+/* program the pages of an erased unit that hold data */
+static void program_erased(u32 base, const u8 *src, u32 n)
+{
+    for (u32 pg = 0; pg < n; pg += PAGE) {
+        if (!is_blank(src + pg, PAGE))
+            flash_program(base + pg, src + pg);
+        else
+            uart_poll();
+    }
+}
+
+/* typical busy times (us) of a 4 KiB erase, a 64 KiB erase and a page program: the
+ * datasheet figures of the 25-series chips these boards carry */
+#define T_SECTOR_ERASE 45000u
+#define T_BLOCK_ERASE 150000u
+#define T_PAGE 700u
+
+/* Merge src (the new bytes of [lo, hi)) into the unit at base, read from the flash
+ * page by page; mark pages that change and sectors that need an erase (a bit from 0
+ * to 1). A unit the range covers whole stops reading once an erase is certain: its
+ * old content is then replaced entirely. Returns the number of sectors to erase. */
+static u32 merge_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src, u8 *sec_erase)
+{
+    int whole = lo == base && hi == base + size;
+    u32 n_erase = 0;
+    for (u32 pg = 0; pg < size; pg += PAGE) {
+        u8 *u = unit_buf + pg;
+        u32 sec = pg / SECTOR;
+        if (pg % SECTOR == 0)
+            sec_erase[sec] = 0;
+        page_dirty[pg / PAGE] = 1;
+        if (whole && n_erase) {
+            for (u32 i = 0; i < PAGE; i++)
+                u[i] = src[pg + i];
+            if (!sec_erase[sec]) {
+                sec_erase[sec] = 1;
+                n_erase++;
+            }
+            uart_poll();
+            continue;
+        }
+        flash_read(base + pg, u, PAGE);
+        page_dirty[pg / PAGE] = 0;
+        u32 a = base + pg > lo ? base + pg : lo;
+        u32 b = base + pg + PAGE < hi ? base + pg + PAGE : hi;
+        for (u32 x = a; x < b; x++) {
+            u8 old = u[x - base - pg], nv = src[x - lo];
+            if (old != nv) {
+                page_dirty[pg / PAGE] = 1;
+                if ((old & nv) != nv && !sec_erase[sec]) {
+                    sec_erase[sec] = 1;
+                    n_erase++;
+                }
+                u[x - base - pg] = nv;
+            }
+        }
+    }
+    return n_erase;
+}
+
+static u32 count_data_pages(const u8 *p, u32 n)
+{
+    u32 k = 0;
+    for (u32 pg = 0; pg < n; pg += PAGE)
+        k += !is_blank(p + pg, PAGE);
+    return k;
+}
+
+/* Write [lo, hi) inside the unit (4 KiB sector or 64 KiB block) at base. Unchanged
+ * and blank areas cost a read, not an erase; pages that do not change are not
+ * programmed. When some sectors need an erase, the whole block is erased (and its
+ * data pages programmed again) if that is quicker than erasing those sectors. */
+static void write_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src)
+{
+    u8 sec_erase[BLOCK / SECTOR];
+    u32 n_erase = merge_unit(base, size, lo, hi, src, sec_erase);
+    if (n_erase && size == BLOCK) {
+        u32 by_sector = n_erase * T_SECTOR_ERASE, by_block = T_BLOCK_ERASE;
+        for (u32 sec = 0; sec < BLOCK / SECTOR; sec++) {
+            const u8 *p = unit_buf + sec * SECTOR;
+            u32 pages = count_data_pages(p, SECTOR);
+            by_block += pages * T_PAGE;
+            if (sec_erase[sec])
+                by_sector += pages * T_PAGE;
+            else
+                for (u32 pg = 0; pg < SECTOR; pg += PAGE)
+                    by_sector += page_dirty[(sec * SECTOR + pg) / PAGE] * T_PAGE;
+        }
+        if (by_block <= by_sector) {
+            flash_erase(0xD8, base);
+            program_erased(base, unit_buf, BLOCK);
+            return;
+        }
+    }
+    for (u32 sec = 0; sec < size / SECTOR; sec++) {
+        u32 at = sec * SECTOR;
+        if (sec_erase[sec]) {
+            flash_erase(0x20, base + at);
+            program_erased(base + at, unit_buf + at, SECTOR);
+            continue;
+        }
+        for (u32 pg = at; pg < at + SECTOR; pg += PAGE) {
+            if (page_dirty[pg / PAGE])
+                flash_program(base + pg, unit_buf + pg);
+            else
+                uart_poll();
+        }
+    }
+}
+
+/* Write n bytes at addr, any alignment: block by block where the range covers at
+ * least two sectors of a block, else sector by sector. */
 static void write_range(u32 addr, const u8 *src, u32 n)
 {
     u32 pos = addr, end = addr + n;
     while (pos < end) {
-        u32 size = (pos % BLOCK == 0 && end - pos >= BLOCK) ? BLOCK : SECTOR;
-        u32 base = pos & ~(size - 1);
-        u32 hi = end < base + size ? end : base + size;
-        int need_erase = 0;
-        for (u32 pg = 0; pg < size; pg += PAGE) {
-            u8 *u = unit_buf + pg;
-            flash_read(base + pg, u, PAGE);
-            page_dirty[pg / PAGE] = 0;
-            u32 a = base + pg > pos ? base + pg : pos;
-            u32 b = base + pg + PAGE < hi ? base + pg + PAGE : hi;
-            for (u32 x = a; x < b; x++) {
-                u8 old = u[x - base - pg], nv = src[x - addr];
-                if (old != nv) {
-                    page_dirty[pg / PAGE] = 1;
-                    if ((old & nv) != nv)
-                        need_erase = 1;
-                    u[x - base - pg] = nv;
-                }
-            }
+        u32 base = pos & ~(BLOCK - 1);
+        u32 hi = end < base + BLOCK ? end : base + BLOCK;
+        u32 size = BLOCK;
+        if (hi - pos < 2 * SECTOR) {
+            size = SECTOR;
+            base = pos & ~(SECTOR - 1);
+            hi = end < base + SECTOR ? end : base + SECTOR;
         }
-        if (need_erase)
-            flash_erase(size == BLOCK ? 0xD8 : 0x20, base);
-        for (u32 pg = 0; pg < size; pg += PAGE) {
-            u8 *u = unit_buf + pg;
-            if (need_erase ? !is_blank(u, PAGE) : page_dirty[pg / PAGE])
-                flash_program(base + pg, u);
-            else
-                uart_poll();
-        }
+        write_unit(base, size, pos, hi, src + (pos - addr));
         pos = hi;
     }
+}
+
+/* does the first page of the block at addr hold anything but 0xFF? */
+static int block_has_data(u32 addr)
+{
+    u8 buf[PAGE] __attribute__((aligned(8)));
+    flash_read(addr, buf, PAGE);
+    return !is_blank(buf, PAGE);
 }
 
 /* erase [addr, addr + n) with the largest units that fit; addr, n 4 KiB aligned */
@@ -728,6 +830,15 @@ static void handle(struct slot *sl, struct pending *pend)
         pend->ext = 1;
         if (!data_ok || dn < 4 || p0 > BLOCK || !in_flash(addr, p0)) {
             pend->st = ST_BAD_LEN;
+        } else if (addr % BLOCK == 0 && p0 == BLOCK && block_has_data(addr)) {
+            /* a whole block over old data: erase it while the frame is decoded */
+            flash_erase_start(0xD8, addr);
+            int bad = inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0;
+            flash_wait(0);
+            if (bad)
+                pend->st = ST_BAD_WRITE;
+            else
+                program_erased(addr, inflate_buf, BLOCK);
         } else if (inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0) {
             pend->st = ST_BAD_WRITE;
         } else {

@@ -83,8 +83,9 @@ static int huff_build(struct huff *h, const u8 *lens, u32 n)
         h->fast[i] = 0;
     u32 code = 0, index = 0;
     for (u32 len = 1; len <= FAST_BITS; len++) {
-        uart_poll(); /* a whole table takes ~15k instructions */
         for (u32 k = 0; k < h->count[len]; k++, code++) {
+            if ((k & 31) == 0)
+                uart_poll(); /* a whole table takes ~15k instructions */
             u32 rev = 0;
             for (u32 j = 0; j < len; j++)
                 rev |= ((code >> j) & 1) << (len - 1 - j);
@@ -130,10 +131,14 @@ static const u16 dist_base[30] = {1,    2,    3,    4,    5,    7,     9,     13
 static int inflate_codes(struct bits *b, const struct huff *lit, const struct huff *dist, u8 *out,
                          u32 *pos, u32 cap)
 {
-    u32 o = *pos, n = 0;
+    u32 o = *pos, n = 0, polled = o;
     for (;;) {
-        if ((++n & 15) == 0)
+        /* every 16 symbols, or sooner after long matches (16 of 258 bytes take 40 us) */
+        if (++n == 16 || o - polled >= 1024) {
             uart_poll();
+            n = 0;
+            polled = o;
+        }
         int s = huff_decode(b, lit);
         if (b->err)
             return -1;

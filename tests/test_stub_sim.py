@@ -70,6 +70,62 @@ def test_unaligned_write_keeps_neighbours_and_reads_back(dev):
     assert s2.sha256(at, len(data)) == hashlib.sha256(data).digest()
 
 
+def test_whole_blocks_over_old_data_are_block_erased(dev):
+    """Compressed whole-block frames over old content: one 64 KiB erase per block
+    (started while the frame is decoded), the data programmed, nothing else touched."""
+    board, s2 = dev.port.sim_board, dev.stage2
+    board.flash.data[0x400000:0x430000] = random.Random(5).randbytes(0x30000)
+    after = bytes(board.flash.data[0x420000:0x430000])
+    data = _mixed(0x20000, 6)
+    erased = board.flash.stats.bytes_erased
+    erases = board.flash.stats.erases
+    s2.write(0x400000, data)
+    assert board.flash.read(0x400000, len(data)) == data
+    assert board.flash.read(0x420000, 0x10000) == after
+    assert board.flash.stats.erases - erases == 2
+    assert board.flash.stats.bytes_erased - erased == 0x20000
+
+
+@pytest.mark.parametrize(
+    ("start", "size", "sector_erases"),
+    [
+        (0x501000, 3 * 4096, 3),  # three sectors: cheaper than a block erase
+        (0x511000, 14 * 4096 + 100, 0),  # most of the block: erased whole, rest kept
+    ],
+)
+def test_partial_block_picks_the_cheaper_erase(dev, start, size, sector_erases):
+    board, s2 = dev.port.sim_board, dev.stage2
+    base = start & ~0xFFFF
+    old = random.Random(start).randbytes(0x10000)
+    board.flash.data[base : base + 0x10000] = old
+    data = random.Random(size).randbytes(size)
+    erases, erased = board.flash.stats.erases, board.flash.stats.bytes_erased
+    s2.write(start, data)
+    expect = bytearray(old)
+    expect[start - base : start - base + size] = data
+    assert board.flash.read(base, 0x10000) == expect
+    n, nbytes = board.flash.stats.erases - erases, board.flash.stats.bytes_erased - erased
+    if sector_erases:
+        assert (n, nbytes) == (sector_erases, sector_erases * 4096)
+    else:
+        assert (n, nbytes) == (1, 0x10000)
+
+
+def test_link_is_served_fast_enough_at_3_mbaud():
+    """At 3 Mbaud the UART's 16-byte FIFO fills in 53 us: every long loop of the flasher
+    (SPI transfers, decoding, hashing, erase and program waits) must poll it. Frames
+    keep arriving while earlier ones are written; no received byte may be lost."""
+    with connect(SIM, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        board, s2 = d.port.sim_board, d.stage2
+        board.flash.data[0x600000:0x640000] = random.Random(9).randbytes(0x40000)
+        s2.write(0x600000, _mixed(0x30000, 10))  # deflate and raw frames over old data
+        s2.write(0x700000, _mixed(0x20000, 11))  # blank flash: no erases
+        s2.write(0x631234, random.Random(12).randbytes(0x5000))  # partial blocks
+        assert s2.read(0x600000, 0x20000) == board.flash.read(0x600000, 0x20000)
+        assert board.core.uarts["uart3"].overruns == 0
+        assert d.link.stats.retries == 0
+
+
 def test_rewrite_sends_only_changed_sectors(dev):
     board, s2 = dev.port.sim_board, dev.stage2
     data = bytearray(_mixed(0x10000, 2))
