@@ -152,9 +152,10 @@ def table(rows: list[Row], header: bool = False) -> str:
     lines = []
     if header:
         lines.append(
-            "| case | client | baud | bytes | total s | ready s | verify s | floor s | total/floor |"
+            "| case | client | baud | bytes | total s | ready s | verify s | floor s "
+            "| total/floor | host s |"
         )
-        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         ready = f"{r.ready_s:.2f}" if r.ready_s is not None else "-"
         verify = f"{r.verify_s:.2f}" if r.verify_s is not None else "-"
@@ -162,7 +163,7 @@ def table(rows: list[Row], header: bool = False) -> str:
             f"| {r.case} | {r.client} | {r.baud} | {r.size} | {r.total_s:.2f} | {ready} | "
             f"{verify} | {r.floor_s:.2f} | {r.total_s / r.floor_s:.2f}"
             + ("" if r.ok else " WRONG BYTES")
-            + " |"
+            + f" | {r.host_s:.0f} |"
         )
     return "\n".join(lines)
 

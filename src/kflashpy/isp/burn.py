@@ -165,7 +165,7 @@ def write_regions(
     results = [RegionResult(r.label, r.address, len(r.data)) for r in regions]
     for region, res in zip(regions, results, strict=True):
         want = hashlib.sha256(region.data).digest() if hashing else b""
-        if hashing and skip_unchanged and s2.sha256(region.address, len(region.data)) == want:
+        if hashing and skip_unchanged and s2.holds(region.address, region.data):
             res.status, res.verified = "skipped", "sha256"
             continue
         sink = [0]

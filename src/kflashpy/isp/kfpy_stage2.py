@@ -386,6 +386,19 @@ class KfpyStage2(Stage2):
             what=f"hash at 0x{address:08X}",
         )
 
+    def holds(self, address: int, data: bytes) -> bool:
+        """Compare sector by sector: one hashing pass on the board, whose digests also
+        let a following :meth:`write` send only the sectors that differ."""
+        size = len(data)
+        if size < 2 * SECTOR:
+            return super().holds(address, data)
+        blocks, _ = self.hash_list(address, size, SECTOR)
+        self._hash_cache[(address, size)] = blocks
+        return all(
+            hashlib.sha256(data[i : i + SECTOR]).digest() == blocks[n]
+            for n, i in enumerate(range(0, size, SECTOR))
+        )
+
     # --- reading ----------------------------------------------------------------------
     def read(self, address: int, size: int, progress: ProgressFn | None = None) -> bytes:
         """Read flash; checked per chunk (CRC-32) and as a whole (the board's SHA-256).

@@ -9,6 +9,7 @@ kflash stubs do not; our own flasher adds read-back and hashing), so callers ask
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -136,6 +137,10 @@ class Stage2(ABC):
     def sha256(self, address: int, size: int) -> bytes:
         self._require(CAP_HASH, "hash flash on the board")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def holds(self, address: int, data: bytes) -> bool:
+        """Does the flash at ``address`` already hold ``data``? (hashed on the board)"""
+        return self.sha256(address, len(data)) == hashlib.sha256(data).digest()
 
     def identify(self) -> FlashInfo:
         self._require(CAP_IDENTIFY, "identify the flash chip")
