@@ -42,6 +42,7 @@ from unicorn.unicorn_py3.unicorn import (
 )
 
 from .crypto import AesEngine, ShaEngine
+from .icount import InstructionCounter
 from .memory import SRAM_ALIAS, SRAM_BASE, SRAM_SIZE, Sram
 from .periph import (
     LINK_RX_PIN,
@@ -64,9 +65,10 @@ CAUSE_ECALL_M = 11
 INSN_MRET, INSN_WFI = 0x3020_0073, 0x1050_0073
 CSRR_MIP_MASK, CSRR_MIP = 0xFFFF_F07F, 0x3440_2073  # csrrs rd, mip, x0
 MIN_SLICE = 200
-# Longest slice, in virtual seconds. A slice that a device or the idle detector stops
-# early has run an unknown number of instructions (unicorn does not say); it is counted
-# as half a slice, so short slices keep that error small.
+# Longest slice, in virtual seconds: interrupts are taken and bytes that nobody reads are
+# delivered between slices. Inside a slice, time is exact where unicorn's instruction
+# counter can be read (see icount.py); otherwise a slice a device or the idle detector
+# stops early is counted as half a slice, and short slices keep that error small.
 MAX_SLICE_S = 20e-6
 IDLE_TRACE = 64  # longest wait loop (instructions) the idle detector recognises
 MAX_IDLE_HEADS = 16
@@ -127,6 +129,9 @@ class Core:
         self.slices = 0
         self.traps = 0
         self._stall = 0.0
+        self._budget = 0  # instruction budget of the running slice
+        self._accounted = 0  # of which already added to board.now (clock changes)
+        self._in_slice = False
         self._skip: float | None = None
         self._reset_requested = False
         self._keep: list[object] = []  # ctypes callbacks must outlive the emulator
@@ -143,11 +148,15 @@ class Core:
         self._head_visits = 0
         self._learn_after = 0.0
         self._armed = False  # stores are being watched for one wait-loop iteration
+        self._alias_guard: int | None = None  # see _guard_alias
+        # (alias address, callback, handles) of instruction hooks deferred by the guard
+        self._alias_waiting: list[tuple[int, Any, list[int]]] = []
         self.idle_skips = 0
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
         self._pval = ctypes.byref(self._val)
+        self._icount = InstructionCounter(uc)
         self._gpr_ids, self._gpr_vals, self._gpr_ptrs = _reg_batch(_GPRS)
         self._trap_ids, self._trap_vals, self._trap_ptrs = _reg_batch(_TRAP_READ)
         self._tw_ids, self._tw_vals, self._tw_ptrs = _reg_batch(_TRAP_WRITE)
@@ -188,6 +197,7 @@ class Core:
             self._mmio(base, bus)
         for name, uart in self.uarts.items():
             self.plic.sources[_IRQ[name]] = uart.irq
+            uart.pull = self._puller(uart)
         self.sha = ShaEngine()
         self.aes = AesEngine()
         self._mmio(0x0200_0000, self.clint)
@@ -209,6 +219,7 @@ class Core:
         self._clock_changed()
         self._route()
         uc.hook_add(UC_HOOK_INTR, self._on_exception)
+        self._guard_alias()
         self._install_code_hooks(board.rom.written_range(entry))
         self._rw(rv.UC_RISCV_REG_PC, entry)
 
@@ -273,8 +284,8 @@ class Core:
             self._hook(lo + 2 * int(idx), self._on_csrr_mip, int(words[idx]) >> 7 & 0x1F)
 
     def _hook(self, addr: int, callback: Any, data: object) -> list[int]:
-        """Hook one instruction in both SRAM views (code may run from the alias);
-        return the hook handles."""
+        """Hook one instruction in both SRAM views (code may run from the alias); return
+        the hook handles (the alias one joins the list once code runs from the alias)."""
         uc = self.uc
         core = self
 
@@ -286,22 +297,57 @@ class Core:
 
         ptr = HOOK_CODE_CFUNC(code)
         self._keep.append(ptr)
-        handles = []
-        for view in (addr, addr - SRAM_BASE + SRAM_ALIAS):
-            handle = ctypes.c_size_t()
-            status = uclib.uc_hook_add(
-                uc._uch,
-                ctypes.byref(handle),
-                UC_HOOK_CODE,
-                ptr,
-                None,
-                ctypes.c_uint64(view),
-                ctypes.c_uint64(view),
-            )
-            if status:
-                raise UcError(status)
-            handles.append(handle.value)
+        handles = [self._add_code_hook(ptr, addr, addr)]
+        alias = addr - SRAM_BASE + SRAM_ALIAS
+        if self._alias_guard is None:
+            handles.append(self._add_code_hook(ptr, alias, alias))
+        else:
+            self._alias_waiting.append((alias, ptr, handles))
         return handles
+
+    def _add_code_hook(self, ptr: Any, begin: int, end: int) -> int:
+        handle = ctypes.c_size_t()
+        status = uclib.uc_hook_add(
+            self._uch,
+            ctypes.byref(handle),
+            UC_HOOK_CODE,
+            ptr,
+            None,
+            ctypes.c_uint64(begin),
+            ctypes.c_uint64(end),
+        )
+        if status:
+            raise UcError(status)
+        return handle.value
+
+    def _guard_alias(self) -> None:
+        """Defer the alias views' instruction hooks until code runs from the alias.
+
+        ``count``-limited slices make unicorn walk its whole code-hook list on every
+        instruction, so each hook costs time everywhere; programs rarely run from the
+        alias. One hook on the whole alias installs the deferred ones the first time it
+        fires (they are appended to the list being walked, so they still see the
+        instruction that fired it) and removes itself."""
+        core = self
+
+        def first(_h: object, _address: int, _size: int, _ud: object) -> None:
+            try:
+                core._unguard_alias()
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        ptr = HOOK_CODE_CFUNC(first)
+        self._keep.append(ptr)
+        self._alias_guard = self._add_code_hook(ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1)
+
+    def _unguard_alias(self) -> None:
+        if self._alias_guard is None:
+            return
+        uclib.uc_hook_del(self._uch, self._alias_guard)
+        self._alias_guard = None
+        for alias, ptr, handles in self._alias_waiting:
+            handles.append(self._add_code_hook(ptr, alias, alias))
+        self._alias_waiting.clear()
 
     def _route(self) -> None:
         """Follow the FPIOA: which UART listens on IO4 and which one drives IO5."""
@@ -310,6 +356,10 @@ class Core:
 
     def _clock_changed(self) -> None:
         now = self._time() if self.cpu_hz else self.board.now
+        done = self._icount.executed(self._budget) if self._in_slice else None
+        if done is not None and self.cpu_hz:  # instructions so far ran at the old clock
+            self.board.now += (done - self._accounted) / self.cpu_hz
+            self._accounted = done
         if self.cpu_hz:
             self._mtime_base = self._mtime()
             self._mtime_t0 = now
@@ -319,7 +369,28 @@ class Core:
 
     # ------------------------------------------------------------------ callbacks
     def _time(self) -> float:
-        return self.board.now + self._stall
+        """The core's virtual time, including what the running slice has done so far."""
+        t = self.board.now + self._stall
+        if self._in_slice:
+            done = self._icount.executed(self._budget)
+            if done is not None:
+                t += (done - self._accounted) / self.cpu_hz
+        return t
+
+    def _puller(self, uart: Any) -> Any:
+        """RX delivery for ``uart`` when the guest reads its receive registers: the bytes
+        that arrived by the core's current time, so a polled program that reads the
+        UART between SPI transfers sees the line as hardware would."""
+        wire = self.board.to_board
+
+        def pull() -> None:
+            if uart is self.rx_uart and self._in_slice:
+                now = self._time()
+                if wire.next_at <= now:
+                    for _, chunk in wire.receive(now, uart.baud()):
+                        uart.receive(chunk)
+
+        return pull
 
     def _mtime(self) -> int:
         return self._mtime_base + int((self._time() - self._mtime_t0) * self.cpu_hz / 50)
@@ -383,9 +454,11 @@ class Core:
             uc.emu_stop()
 
     def _on_mret(self, uc: Uc, address: int, size: int, _ud: object) -> None:
+        """Chain the next pending interrupt at ``mret``, or perform the ``mret``."""
         regs = self._trap_regs()
         mstatus = regs[0]
         if not mstatus & MSTATUS_MPIE:
+            self._mret(mstatus)
             return
         cause = self._pending_cause(regs[1])
         if cause:
@@ -396,6 +469,21 @@ class Core:
             else:  # the usual case: only the pc changes (CSR writes cost more)
                 self._rw(rv.UC_RISCV_REG_PC, _vector(regs[2], cause))
                 self.traps += 1
+        else:
+            self._mret(mstatus)
+
+    def _mret(self, mstatus: int) -> None:
+        """Return from a machine-mode trap to machine mode in place of unicorn's ``mret``,
+        leaving MPP = M where unicorn writes U. Every change of MPP makes unicorn flush
+        its TLB (about 80 µs), and the next trap entry would change it back: that
+        pair cost more than the rest of an interrupt. The hart stays in M either way;
+        only mstatus.MPP read outside a trap handler shows the difference. An ``mret``
+        to a lower mode (MPP != M) is left to unicorn."""
+        if mstatus & MSTATUS_MPP != MSTATUS_MPP:
+            return
+        mie = MSTATUS_MIE if mstatus & MSTATUS_MPIE else 0
+        self._rw(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | mie | MSTATUS_MPIE)
+        self._rw(rv.UC_RISCV_REG_PC, self._rr(rv.UC_RISCV_REG_MEPC))
 
     def _on_csrr_mip(self, uc: Uc, address: int, size: int, rd: int) -> None:
         value = 0  # unicorn's own MEIP/MTIP/MSIP never rise; the rest stays 0 on one hart
@@ -415,24 +503,29 @@ class Core:
 
     def _sync_rx(self) -> None:
         board = self.board
+        wire = board.to_board
+        if wire.next_at > board.now:  # nothing has arrived (most slices)
+            return
         uart = self.rx_uart
         if uart is None:
-            board.to_board.receive(board.now, board.host_baud)
+            wire.receive(board.now, board.host_baud)
             return
-        for _, chunk in board.to_board.receive(board.now, uart.baud()):
+        for _, chunk in wire.receive(board.now, uart.baud()):
             uart.receive(chunk)
 
-    def _next_event(self, t_end: float) -> float:
+    def _next_event(self, t_end: float, mie: int) -> float:
+        """When the next slice must end: the RX FIFO would fill, or mtimecmp is due
+        (``mie`` as the guest has it now)."""
         t = t_end
         uart = self.rx_uart
         if uart is not None:
-            batch = max(1, uart.room())
-            pending = self.board.to_board.pending()
+            wire = self.board.to_board
+            pending = wire.pending()
             if pending:
-                arrival = self.board.to_board.arrival_of(min(batch, pending))
+                arrival = wire.arrival_of(min(max(1, uart.room()), pending))
                 if arrival is not None and arrival < t:
                     t = arrival
-        if self._rr(rv.UC_RISCV_REG_MIE) & MIE_MTIE and self.cpu_hz:
+        if mie & MIE_MTIE and self.cpu_hz:
             due = self._mtime_t0 + (self.clint.mtimecmp() - self._mtime_base) * 50 / self.cpu_hz
             if self.board.now < due < t:
                 t = due
@@ -446,30 +539,36 @@ class Core:
         while board.now < t_end and board.core is self:
             self._sync_rx()
             regs = self._trap_regs()
+            mie = regs[1]
             if regs[0] & MSTATUS_MIE:
-                cause = self._pending_cause(regs[1])
+                cause = self._pending_cause(mie)
                 if cause:
                     self._enter_trap(cause, regs[3])
-            t_stop = self._next_event(t_end)
-            hz = self.cpu_hz
-            count = max(MIN_SLICE, int(min(t_stop - board.now, MAX_SLICE_S) * hz))
+            t_stop = self._next_event(t_end, mie)
+            count = max(MIN_SLICE, int(min(t_stop - board.now, MAX_SLICE_S) * self.cpu_hz))
             self._stall = 0.0
+            self._budget, self._accounted = count, 0
             self._skip = None
             self._idle_hit = False
             self._head_visits = 0
             marks = (self._mmio_count, self.traps)
             pc = self._rr(rv.UC_RISCV_REG_PC)
+            self._in_slice = True
             try:
                 uc.emu_start(pc, _UNTIL, count=count)
             except UcError as exc:
                 pc = self._rr(rv.UC_RISCV_REG_PC)
                 board.halt(f"{exc} at 0x{pc:08x}")
                 return
+            finally:
+                self._in_slice = False
             self.slices += 1
-            if self._skip is not None or self._idle_hit or self._reset_requested:
-                count //= 2
-            self.instructions += count
-            board.now += count / hz + self._stall
+            done = self._icount.executed(count)
+            if done is None:  # estimate: a slice stopped early ran half its budget
+                early = self._skip is not None or self._idle_hit or self._reset_requested
+                done = count // 2 if early else count
+            self.instructions += done
+            board.now += (done - self._accounted) / self.cpu_hz + self._stall
             self._stall = 0.0
             self._watch_stores(False)
             if self._suspended:
@@ -493,7 +592,8 @@ class Core:
                 self.idle_skips += 1
             else:
                 continue
-            board.now = max(board.now, min(target, self._next_event(t_end)))
+            mie = self._rr(rv.UC_RISCV_REG_MIE)
+            board.now = max(board.now, min(target, self._next_event(t_end, mie)))
 
     def _watch_stores(self, on: bool) -> None:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so
@@ -605,8 +705,10 @@ class Core:
         self._watch_stores(False)
         self._head_state = None
         self._armed = False
-        for handle in self._heads.pop(address, []):
+        handles = self._heads.pop(address, [])
+        for handle in handles:
             uclib.uc_hook_del(self._uch, handle)
+        self._alias_waiting = [w for w in self._alias_waiting if w[2] is not handles]
         self._suspended[address] = self.board.now + HEAD_SUSPEND
 
     def _resume_heads(self) -> None:

@@ -17,6 +17,10 @@ from .periph import merge
 Transmit = Callable[[str, int], None]  # (uart name, byte)
 
 
+def _nothing() -> None:
+    pass
+
+
 class _Uart:
     """What the board needs from any UART: a name, a rate, an RX FIFO and an IRQ level."""
 
@@ -29,6 +33,9 @@ class _Uart:
         self._transmit = transmit
         self.rx = bytearray()
         self.overruns = 0
+        # called before the guest reads receive state: the board delivers the bytes that
+        # have arrived by the core's current time (a no-op until a core is attached)
+        self.pull: Callable[[], None] = _nothing
 
     def receive(self, data: bytes) -> None:
         """Bytes arrived on the RX pin; those that do not fit the FIFO are lost."""
@@ -72,6 +79,8 @@ class Uarths(_Uart):
 
     def read(self, offset: int, size: int) -> int:
         reg = offset >> 2
+        if reg in (1, 5):
+            self.pull()
         if reg == 1:
             if not self.rx:
                 value = 0x8000_0000
@@ -113,6 +122,7 @@ RBR, IER, IIR, LCR, MCR, LSR, MSR, SCR, USR, TFL, RFL, DLF = (
     0xC0,
 )
 IER_ERBFI, IER_ETBEI, IER_PTIME = 0x01, 0x02, 0x80
+_RX_STATE = frozenset((RBR, IIR, LSR, USR, RFL))  # registers that show received data
 LCR_DLAB = 0x80
 
 
@@ -149,6 +159,8 @@ class DwUart(_Uart):
         return 0x40 | (0 if self.ier & IER_PTIME else 0x20) | (1 if self.rx else 0)
 
     def read(self, offset: int, size: int) -> int:
+        if offset in _RX_STATE:
+            self.pull()
         if offset == RBR:
             if self.lcr & LCR_DLAB:
                 return self.dll

@@ -12,6 +12,7 @@ list entry, not 65 536.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -48,6 +49,11 @@ class Wire:
     def __init__(self, seed: int = 0) -> None:
         self._segments: deque[_Segment] = deque()
         self._free_at = 0.0
+        # Arrival time of the next undelivered byte (inf when nothing is in flight) and
+        # how many are queued, kept up to date because the core checks them on every
+        # UART register read and every slice.
+        self.next_at = math.inf
+        self._pending = 0
         self._rng = random.Random(seed)
         self.bytes_sent = 0
         self.bytes_garbled = 0
@@ -61,6 +67,8 @@ class Wire:
         self._segments.append(_Segment(t0, dt, float(baud), bytes(data)))
         self._free_at = t0 + dt * len(data)
         self.bytes_sent += len(data)
+        self._pending += len(data)
+        self._update_next()
         return self._free_at
 
     @property
@@ -68,12 +76,16 @@ class Wire:
         """When the last queued byte has left the sender."""
         return self._free_at
 
+    def _update_next(self) -> None:
+        if self._segments:
+            seg = self._segments[0]
+            self.next_at = seg.arrival(seg.pos)
+        else:
+            self.next_at = math.inf
+
     def next_arrival(self) -> float | None:
         """Arrival time of the next undelivered byte, or None when nothing is in flight."""
-        if not self._segments:
-            return None
-        seg = self._segments[0]
-        return seg.arrival(seg.pos)
+        return self.next_at if self._segments else None
 
     def arrival_of(self, count: int) -> float | None:
         """Arrival time of the ``count``-th undelivered byte (1-based), None if not queued."""
@@ -86,11 +98,13 @@ class Wire:
 
     def pending(self) -> int:
         """Bytes queued and not yet delivered (whether or not they have arrived)."""
-        return sum(len(s.data) - s.pos for s in self._segments)
+        return self._pending
 
     def clear(self) -> None:
         """Drop everything in flight (the far end was reset or the port flushed)."""
         self._segments.clear()
+        self._pending = 0
+        self.next_at = math.inf
 
     def receive(
         self, until: float, receiver_baud: float, limit: int | None = None
@@ -111,6 +125,7 @@ class Wire:
             end = n_arrived if budget < 0 else min(n_arrived, seg.pos + budget)
             chunk = seg.data[seg.pos : end]
             t_last = seg.arrival(end - 1)
+            self._pending -= end - seg.pos
             seg.pos = end
             if budget > 0:
                 budget -= len(chunk)
@@ -121,6 +136,7 @@ class Wire:
                 self.bytes_garbled += len(chunk)
             if chunk:
                 out.append((t_last, chunk))
+        self._update_next()
         return out
 
     def _garble(self, chunk: bytes, ratio: float) -> bytes:
