@@ -238,3 +238,26 @@ def test_kflash_stub_reboot_is_a_soft_reset() -> None:
     assert board.stage == "core"
     read_for(port, 0.5)
     assert board.stage == "isp" and board.resets >= 2
+
+
+def test_instruction_counter_is_found_and_counts_a_stopped_slice():
+    """The in-slice clock depends on reading unicorn's instruction counter; on the pinned
+    unicorn the calibration must find it, and it must count a slice an MMIO access
+    stopped early (where ``count`` alone would not tell)."""
+    import struct
+
+    from unicorn import UC_ARCH_RISCV, UC_MODE_RISCV64, Uc
+
+    from kflashpy.sim.icount import InstructionCounter, counter_offset
+
+    assert counter_offset() is not None
+    uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
+    uc.mem_map(0x8000_0000, 0x10000)
+    nop, load = struct.pack("<I", 0x13), struct.pack("<II", 0x1000_0537, 0x0005_2583)
+    uc.mem_write(0x8000_0000, nop * 500 + load + nop * 100)
+    uc.mmio_map(0x1000_0000, 0x1000, lambda e, o, s, d: e.emu_stop() or 0, None, None, None)
+    counter = InstructionCounter(uc)
+    uc.emu_start(0x8000_0000, 0x8001_0000, count=100_000)
+    assert counter.exact and counter.executed(100_000) == 502
+    uc.emu_start(0x8000_0000, 0x8001_0000, count=50)
+    assert counter.executed(50) == 50  # a slice that ran to its budget
