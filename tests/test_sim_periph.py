@@ -117,6 +117,31 @@ def test_spi3_eeprom_read_and_tx_program() -> None:
     assert flash.read(0x1000, 32) == bytes(range(32))
 
 
+def test_spi3_quad_read_costs_its_sclk_cycles() -> None:
+    """0x6B quad output read: instruction and address on one line (8 + 24 cycles), 8
+    wait cycles, then 2 cycles per byte on four lines; SCLK = 26 MHz / BAUDR 2."""
+    flash = NorFlash(size=1 << 20, timing="instant")
+    flash.data[0x100:0x140] = bytes(range(64))
+    for command in (b"\x50", b"\x01\x00\x02"):  # volatile status write: QE
+        flash.select(0.0)
+        flash.exchange(command, 0.0)
+        flash.deselect(0.0)
+    assert flash.quad_enabled
+    stalls: list[float] = []
+    bus = Spi3(flash, lambda: 0.0, lambda: 26_000_000.0, stalls.append, lambda t: None)
+    bus.write(0x14, 4, 2)  # BAUDR
+    bus.write(0x00, 4, 31 | 2 << 10 | 2 << 22)  # 32-bit frames, RX only, quad
+    bus.write(0xF4, 4, 8 << 11 | 2 << 8 | 6 << 2)  # wait 8, 8-bit inst, 24-bit addr
+    bus.write(0x04, 4, 16 - 1)  # 16 frames = 64 bytes
+    bus.write(0x08, 4, 1)
+    bus.write(0x60, 4, 0x6B)
+    bus.write(0x60, 4, 0x100)
+    bus.write(0x10, 4, 1)
+    words = [bus.read(0x60, 4) for _ in range(16)]
+    assert b"".join(w.to_bytes(4, "big") for w in words) == bytes(range(64))
+    assert sum(stalls) == pytest.approx((8 + 24 + 8 + 64 * 2) * 2 / 26e6)
+
+
 def test_sha_engine_matches_hashlib() -> None:
     message = b"kflashpy virtual K210" * 7
     padded = (

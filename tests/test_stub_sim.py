@@ -204,3 +204,51 @@ def test_cli_read_verify_flash_id(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert "0x00002000" in doc["error"]["message"]
     assert [r["ok"] for r in doc["result"]["regions"]] == [True, False]
+
+
+def _hash_after_write(url: str, data: bytes, at: int = 0x200000):
+    """Write ``data`` on a fresh board, hash it there; (board, digest, wide bytes read)."""
+    with connect(url, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        board = d.port.sim_board
+        d.stage2.write(at, data)
+        wide = board.flash.stats.bytes_read_wide
+        digest = d.stage2.sha256(at, len(data))
+        return board, digest, board.flash.stats.bytes_read_wide - wide
+
+
+def test_reads_go_quad_once_checked_on_the_board():
+    """Hashing reads on four data lines once one page of varied data read the same both
+    ways; the hash is still right."""
+    data = random.Random(21).randbytes(0x20000)
+    board, digest, wide = _hash_after_write(SIM, data)
+    assert digest == hashlib.sha256(data).digest()
+    assert wide >= len(data)  # the whole region was read on four lines
+    assert board.flash.quad_enabled  # set by the flasher (volatile status write)
+
+
+def test_reads_stay_standard_when_quad_reads_differ(monkeypatch):
+    """A board whose quad reads come back wrong (e.g. IO2/IO3 not wired) is caught by
+    the flasher's own check: it keeps standard reads and the result is still right."""
+    from kflashpy.sim.flash import NorFlash
+
+    real = NorFlash.enhanced
+
+    def broken(self, inst, addr, addr_bits, wait, tx, rx_len, lines, now):
+        rx = real(self, inst, addr, addr_bits, wait, tx, rx_len, lines, now)
+        return bytes(b ^ 0x04 for b in rx) if lines == 4 else rx
+
+    monkeypatch.setattr(NorFlash, "enhanced", broken)
+    data = random.Random(22).randbytes(0x20000)
+    _, digest, wide = _hash_after_write(SIM, data)
+    assert digest == hashlib.sha256(data).digest()
+    assert wide == 256  # the one page of the check, then standard reads only
+
+
+def test_reads_stay_standard_on_chips_without_a_known_quad_bit(monkeypatch):
+    from kflashpy.sim import flash
+
+    monkeypatch.setitem(flash.CHIPS, "n25q128", flash.ChipModel("n25q128", 0x20, 0xBA))
+    data = random.Random(23).randbytes(0x12000)
+    board, digest, wide = _hash_after_write(SIM + "&chip=n25q128", data)
+    assert digest == hashlib.sha256(data).digest()
+    assert wide == 0 and not board.flash.quad_enabled

@@ -29,7 +29,7 @@ from . import reset
 from .link import Link, TraceFn
 from .ports import choose_port, open_port
 from .ramimage import RamImage
-from .rom import ROM_BAUD, Rom
+from .rom import GREETING_TIMEOUT, QUICK_GREETING_TIMEOUT, ROM_BAUD, Rom
 from .stage2 import CAP_BAUD, CAP_REBOOT, Stage2
 from .stubs import StubProgram, load_stub
 
@@ -119,21 +119,32 @@ def open_device(
     return dev
 
 
+def _attempts(
+    plans: list[reset.ResetPlan],
+) -> Iterator[tuple[reset.ResetPlan, tuple[reset.Step, ...], float]]:
+    """(plan, steps, greeting timeout) to try in order: a quick round of every plan
+    (short holds, short greeting wait), then rounds with the full sequences."""
+    for plan in plans:
+        if plan.quick_isp is not None:
+            yield plan, plan.quick_isp, QUICK_GREETING_TIMEOUT
+    for _ in range(RESET_ROUNDS if len(plans) > 1 else RESET_ROUNDS + 2):
+        for plan in plans:
+            yield plan, plan.enter_isp, GREETING_TIMEOUT
+
+
 def enter_isp(dev: Device, plans: list[reset.ResetPlan]) -> None:
     """Reset into ISP with each plan in turn until the ROM answers its greeting."""
     rom = Rom(dev.link)
-    rounds = RESET_ROUNDS if len(plans) > 1 else RESET_ROUNDS + 2
     no_lines = False
-    for _ in range(rounds):
-        for plan in plans:
-            dev.link.discard_input()
-            if not reset.apply(dev.port, plan.enter_isp, dev.link.wait):
-                no_lines = True
-            if any(rom.greet() for _ in range(GREETINGS_PER_RESET)):
-                dev.reset_plan = plan
-                if len(plans) > 1:
-                    dev.notes.append(f"the board answered with the {plan.name!r} reset wiring")
-                return
+    for plan, steps, timeout in _attempts(plans):
+        dev.link.discard_input()
+        if not reset.apply(dev.port, steps, dev.link.wait):
+            no_lines = True
+        if any(rom.greet(timeout) for _ in range(GREETINGS_PER_RESET)):
+            dev.reset_plan = plan
+            if len(plans) > 1:
+                dev.notes.append(f"the board answered with the {plan.name!r} reset wiring")
+            return
     tried = ", ".join(dict.fromkeys(p.name for p in plans))
     hint = dev.link.diagnose()
     if no_lines:

@@ -29,6 +29,9 @@ import serial
 from ..errors import InputError, PortError
 from ..image import layouts
 
+#: hold time of the quick first reset (see :attr:`ResetPlan.quick_isp`)
+QUICK_HOLD = 0.01
+
 _STEP = re.compile(r"^(?:(?P<line>[DR])(?P<level>[01])|W(?P<wait>\d+(?:\.\d+)?))$", re.I)
 
 
@@ -98,6 +101,23 @@ class ResetPlan:
     @classmethod
     def from_wiring(cls, w: layouts.Wiring) -> ResetPlan:
         return cls(w.name, from_layout(w.isp), from_layout(w.run))
+
+    @property
+    def quick_isp(self) -> tuple[Step, ...] | None:
+        """The ISP sequence with every hold cut to :data:`QUICK_HOLD`; None for a
+        user's own sequence, whose timing is kept as given.
+
+        kflash's 100 ms holds are generous: the K210 needs microseconds of RESET and
+        samples BOOT milliseconds after its release, and USB bridges apply a line
+        change within a millisecond or two. A first try with short holds saves about
+        0.3 s per connection; boards that need more answer to the full sequence.
+        """
+        if self.name == "custom":
+            return None
+        return tuple(
+            Step(None, wait=min(s.wait, QUICK_HOLD)) if s.line is None else s
+            for s in self.enter_isp
+        )
 
 
 #: for boards without auto-reset: the user holds BOOT and presses RESET

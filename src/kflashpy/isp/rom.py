@@ -16,6 +16,8 @@ from .link import Link
 
 ROM_BAUD = 115200
 GREETING_TIMEOUT = 0.5
+#: the ROM answers a greeting within ~2 ms; after a quick reset a short wait is enough
+QUICK_GREETING_TIMEOUT = 0.05
 WRITE_TIMEOUT = 1.0  # a 1 KiB frame takes ~90 ms at 115200; the ROM answers at once
 WRITE_RETRIES = 8
 
@@ -30,11 +32,11 @@ class Rom:
     def __init__(self, link: Link) -> None:
         self.link = link
 
-    def greet(self) -> bool:
+    def greet(self, timeout: float = GREETING_TIMEOUT) -> bool:
         """Send one NOP and wait for ``C2 E0``; False when nothing valid came back."""
         self.link.send(RomOp.NOP)
         try:
-            resp = self.link.recv(RomOp.NOP, GREETING_TIMEOUT)
+            resp = self.link.recv(RomOp.NOP, timeout)
         except NoResponseError:
             return False
         if not resp.ok:

@@ -127,6 +127,8 @@ class FlashStats:
     commands: int = 0
     reads: int = 0
     bytes_read: int = 0
+    #: of bytes_read: those read on two or four data lines (dual/quad reads)
+    bytes_read_wide: int = 0
     programs: int = 0
     bytes_programmed: int = 0
     erases: int = 0
@@ -695,6 +697,7 @@ class NorFlash:
             self.continuous_read = (mode & 0x30) == 0x20
         self.stats.reads += 1
         self.stats.bytes_read += rx_len
+        self.stats.bytes_read_wide += rx_len
         self.stats.last_op = f"{name} {address:#08x}"
         shift = (wait_cycles - dummy) * lines  # bits the host skips (>0) or reads early (<0)
         if shift == 0:

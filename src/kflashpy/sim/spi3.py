@@ -8,8 +8,10 @@ lazily when RXFLR, SR or DR is read, so the 32-entry RX FIFO never overflows. En
 (dual/quad) transfers take the instruction and address from the first TX entries, as the
 SDK sends them, and go to ``NorFlash.enhanced``.
 
-Time: every transfer costs ``bits / SCLK`` of virtual time (charged to the core as a
-stall). Repeated status reads that find the flash busy let the core skip ahead to the
+Time: every transfer costs its SCLK cycles of virtual time (charged to the core as a
+stall): one per bit in standard mode; in dual/quad mode the fields sent on several
+lines (data always, address and instruction as TRANS_TYPE says) take one cycle per 2 or
+4 bits, and the wait cycles count as they are. Repeated status reads that find the flash busy let the core skip ahead to the
 end of the busy time instead of emulating every poll (the guest would only poll).
 """
 
@@ -215,6 +217,7 @@ class Spi3:
         inst_bits = (0, 4, 8, 16)[spi >> 8 & 3]
         addr_bits = (spi >> 2 & 0xF) * 4
         wait = spi >> 11 & 0x1F
+        trans_type = spi & 3
         lines = _LINES.get(self._frf(), 1)
         entries, self.txq = self.txq, []
         inst = entries.pop(0) & 0xFF if inst_bits and entries else None
@@ -222,7 +225,15 @@ class Spi3:
         fb = self._frame_bytes()
         tx = b"".join(self._to_bytes(f) for f in entries)
         self.rx_left = 0
-        self._charge(len(tx) + rx_frames * fb)
+        # SCLK cycles: the instruction on one line unless TRANS_TYPE 2, the address on
+        # one line for TRANS_TYPE 0, the wait cycles, and the data on every line
+        clocks = (
+            (inst_bits if inst is not None else 0) // (lines if trans_type == 2 else 1)
+            + addr_bits // (lines if trans_type else 1)
+            + wait
+            + (len(tx) + rx_frames * fb) * 8 // lines
+        )
+        self._stall(clocks * self._bits_cost / 8 / self._src())
         rx = self.flash.enhanced(
             inst, addr, addr_bits, wait, tx, rx_frames * fb, lines, self._now()
         )
