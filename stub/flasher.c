@@ -963,7 +963,7 @@ static void handle(struct slot *sl, struct pending *pend)
         }
         if (op == OP_SET_BAUD) {
             reply_begin(op, ST_OK);
-            reply_u32(apb0_hz() / div);
+            reply_u32(APB0_HZ / div);
             reply_u32(div);
             reply_end();
         } else {

@@ -69,6 +69,8 @@ typedef unsigned long u64;
 #define IN0_HZ 26000000u
 #define PLL0_CLKF 29u
 #define SPI3_THRESHOLD 3u
+#define CPU_HZ 390000000u
+#define APB0_HZ 195000000u
 
 /* shared by the bootstrap and the flasher (hwcommon.c) */
 void clock_init(void);

@@ -3,8 +3,6 @@
  */
 #include "hw.h"
 
-static u32 loops_per_us = 13; /* 26 MHz until clock_init runs */
-
 static u64 pll0_hz(void)
 {
     u32 p = SYSCTL_PLL0;
@@ -32,8 +30,9 @@ u32 spi3_sclk_hz(void)
     return (u32)(src / ((th + 1) * 2) / 2); /* BAUDR = 2 */
 }
 
-/* Idempotent: a flasher started by the bootstrap finds the PLL already running
- * and must not glitch the clock under a live high-speed link. */
+/* Sets the clock plan of hw.h; idempotent: a flasher started by the bootstrap finds
+ * the PLL already running and must not glitch the clock under a live high-speed link.
+ * Afterwards CPU_HZ and APB0_HZ hold (cpu_hz() and apb0_hz() read them back). */
 void clock_init(void)
 {
     u32 want = (PLL0_CLKF << 4) | (PLL0_CLKF << 14) /* bwadj = clkf */ | (1u << 21) /* pwrd */
@@ -45,26 +44,25 @@ void clock_init(void)
         SYSCTL_PLL0 = want;
         for (u32 i = 0; i < 100000 && (SYSCTL_PLL_LOCK & 3) != 3; i++)
             SYSCTL_PLL_LOCK |= 1u << 2; /* slip clear */
-        /* aclk = PLL0 / 2, apb0 = aclk / 2, SPI3 from PLL0 */
-        SYSCTL_CLK_SEL0 = (SYSCTL_CLK_SEL0 & ~0x103Fu) | 1u | (1u << 3) | (1u << 12);
     }
-    /* SPI3 from PLL0 even when the PLL was already running (the ROM leaves the
-     * selector on IN0: SCLK would be 1.6 MHz instead of 48.75 MHz) */
-    SYSCTL_CLK_SEL0 |= 1u << 12;
+    /* aclk = PLL0 / 2, apb0 = aclk / 2, SPI3 from PLL0: written every time, because the
+     * ROM may leave the PLL running with other selectors (SPI3 on the 26 MHz IN0 gave
+     * a 1.6 MHz SCLK instead of 48.75 MHz) */
+    SYSCTL_CLK_SEL0 = (SYSCTL_CLK_SEL0 & ~0x103Fu) | 1u | (1u << 3) | (1u << 12);
     SYSCTL_CLK_TH1 = (SYSCTL_CLK_TH1 & 0x00FFFFFFu) | (SPI3_THRESHOLD << 24);
     SYSCTL_CLK_EN_PERI |= PERI_SPI3 | PERI_UART3 | PERI_FPIOA;
-    loops_per_us = cpu_hz() / 2000000u;
 }
 
+/* busy-wait; runs at CPU_HZ (each iteration takes two cycles) */
 void delay_us(u32 us)
 {
-    for (u64 n = (u64)us * loops_per_us; n; n--)
+    for (u64 n = (u64)us * (CPU_HZ / 2000000u); n; n--)
         __asm__ volatile("");
 }
 
 u32 uart_divisor(u32 baud)
 {
-    return (apb0_hz() + baud / 2) / baud;
+    return (APB0_HZ + baud / 2) / baud;
 }
 
 /* baud = APB0 / divisor; DLH:DLL hold divisor >> 4, DLF the low 4 bits */

@@ -14,11 +14,13 @@ _start:
     .word   0x5950464B
     .word   115200
     .word   0
+    .option pop                     /* compressed instructions from here on */
 1:
     csrw    mie, zero
     csrci   mstatus, 8
     mv      s0, a0
     mv      s1, a1
+#ifndef KFPY_BOOTSTRAP                /* the bootstrap is always loaded at its link address */
     lla     t0, _start              /* where we run now */
     li      t1, LINK_BASE           /* where we were linked */
     beq     t0, t1, 3f
@@ -39,6 +41,7 @@ _start:
     add     t2, t2, t1
     jr      t2
 3:
+#endif
     lla     sp, _stack_top
     lla     t0, _bss_start
     lla     t1, _bss_end
@@ -53,4 +56,3 @@ _start:
     call    main
 6:
     j       6b
-    .option pop

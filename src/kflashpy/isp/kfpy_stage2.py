@@ -76,7 +76,7 @@ FRAME = 65536
 # a damaging line shrinks frames down to this: at one bad byte in 5000, a 4 KiB frame
 # fails more often than not, a 1 KiB one four times in five gets through
 MIN_FRAME = 1024
-BOOT_CHUNK = 4096  # the bootstrap's receive buffer
+BOOT_CHUNK = 16384  # the bootstrap's receive buffer
 READ_CHUNK = 4096
 MIN_READ_CHUNK = 256
 READ_WINDOW = 8
@@ -251,10 +251,19 @@ class KfpyStage2(Stage2):
     def _barrier(self) -> None:
         self.link.barrier(FlashOp.NOP, 1.0)
 
-    def _call(self, op: int, address: int = 0, data: bytes = b"", *, timeout: float, what: str):
+    def _call(
+        self,
+        op: int,
+        address: int = 0,
+        data: bytes = b"",
+        *,
+        timeout: float,
+        what: str,
+        tries: int = RETRIES + 1,
+    ):
         """One extension request with CRC-checked reply; resends on damage or loss."""
         failures = []
-        for _ in range(RETRIES + 1):
+        for _ in range(tries):
             self.link.send(op, address, data)
             try:
                 resp = self.link.recv(op, timeout, extra_len=None)
@@ -314,14 +323,24 @@ class KfpyStage2(Stage2):
         if self._running:
             return
         prog = self.build.flasher
-        for pos in range(0, len(prog.image), BOOT_CHUNK):
-            self._call(
-                KfpyOp.SRAM_WRITE,
-                prog.load_address + pos,
-                prog.image[pos : pos + BOOT_CHUNK],
-                timeout=1.0,
-                what=f"flasher upload at 0x{prog.load_address + pos:08X}",
-            )
+        pos, chunk = 0, BOOT_CHUNK
+        while pos < len(prog.image):
+            piece = prog.image[pos : pos + chunk]
+            try:  # big frames first; on a line that damages them, halve them
+                self._call(
+                    KfpyOp.SRAM_WRITE,
+                    prog.load_address + pos,
+                    piece,
+                    timeout=1.0 + len(piece) * 10 / self.link.port.baudrate,
+                    what=f"flasher upload at 0x{prog.load_address + pos:08X}",
+                    tries=2 if chunk > MIN_FRAME else RETRIES + 1,
+                )
+            except NoResponseError:
+                if chunk <= MIN_FRAME:
+                    raise
+                chunk //= 2
+                continue
+            pos += len(piece)
         self._call(KfpyOp.EXEC, prog.entry, timeout=1.0, what="flasher start")
         self.link.wait(START_WAIT)
         self.greet()
