@@ -335,6 +335,37 @@ static void spi_write32(u32 insn_addr, const u8 *data, u32 n)
     spi_stop();
 }
 
+/* Quad page program (0x32): instruction and address on one line, the data on four
+ * (enhanced mode: TX entries are instruction, address, then 32-bit data frames). */
+static void spi_write_quad(u32 addr, const u8 *data, u32 n)
+{
+    u32 words = n / 4, i = 0;
+    SPI_SSIENR = 0;
+    SPI_CTRLR0 = (2u << 22) /* FRF quad */ | (1u << 10) /* TX only */ | 31u;
+    SPI_SPI_CTRLR0 = (2u << 8) /* 8-bit inst */ | (6u << 2) /* 24-bit addr */;
+    SPI_CTRLR1 = 0;
+    SPI_SSIENR = 1;
+    SPI_DR = 0x32;
+    SPI_DR = addr;
+    while (i < words && i < 30) {
+        SPI_DR = be32(data + 4 * i);
+        i++;
+    }
+    SPI_SER = 1;
+    while (i < words) {
+        u32 room = 32 - SPI_TXFLR;
+        room = room < 8 ? room : 8;
+        while (room-- && i < words) {
+            SPI_DR = be32(data + 4 * i);
+            i++;
+        }
+        uart_poll();
+    }
+    while ((SPI_SR & 5) != 4)
+        ;
+    spi_stop();
+}
+
 static void cmd_addr(u8 *c, u8 op, u32 addr)
 {
     c[0] = op;
@@ -384,8 +415,8 @@ static void flash_erase(u8 op, u32 addr)
     flash_wait(op == 0xD8 ? 90000 : op == 0x52 ? 72000 : 27000);
 }
 
-/* one whole, page-aligned page */
-static void flash_program(u32 addr, const u8 *p)
+/* one whole, page-aligned page, on one data line */
+static void flash_program_std(u32 addr, const u8 *p)
 {
     flash_simple(0x06);
     spi_write32((0x02u << 24) | addr, p, PAGE);
@@ -449,6 +480,51 @@ static void flash_read(u32 addr, u8 *out, u32 n)
     }
 }
 
+static int is_blank(const u8 *p, u32 n)
+{
+    const u64 *q = (const u64 *)p;
+    for (u32 i = 0; i < n / 8; i++)
+        if (q[i] != ~0ul)
+            return 0;
+    return 1;
+}
+
+/* Page programs go over four lines once quad reads are in use (the same four wires,
+ * the other way). The first such page is read back: if it differs, quad programs are
+ * given up and its sector is erased and programmed again on one line. While quad
+ * reads are not checked yet (a blank chip has nothing to check them on), the first
+ * page of varied data programmed on one line is read back to check them. */
+static int quad_prog; /* 0 not yet checked, 1 checked, -1 not used */
+
+/* the page at base + pg; src holds the new content of the whole unit at base */
+static void flash_program(u32 base, const u8 *src, u32 pg)
+{
+    u8 back[PAGE] __attribute__((aligned(8)));
+    if (quad <= 0 || quad_prog < 0) {
+        flash_program_std(base + pg, src + pg);
+        if (!quad && varied(src + pg, PAGE))
+            flash_read(base + pg, back, PAGE); /* runs quad_check */
+        return;
+    }
+    flash_simple(0x06);
+    spi_write_quad(base + pg, src + pg, PAGE);
+    flash_wait(400);
+    if (quad_prog)
+        return;
+    flash_read(base + pg, back, PAGE);
+    quad_prog = 1;
+    for (u32 i = 0; i < PAGE; i++)
+        if (back[i] != src[pg + i])
+            quad_prog = -1;
+    if (quad_prog > 0)
+        return;
+    u32 sec = pg & ~(SECTOR - 1);
+    flash_erase(0x20, base + sec);
+    for (u32 q = sec; q < sec + SECTOR; q += PAGE)
+        if (!is_blank(src + q, PAGE))
+            flash_program_std(base + q, src + q);
+}
+
 /* Set the quad-enable bit (SR2 bit 1 on the Winbond and GigaDevice chips these boards
  * carry) as a volatile status write: no wear, no busy time, gone at the next power-up. */
 static void quad_enable(void)
@@ -504,21 +580,12 @@ static void flash_init(void)
 
 /* ------------------------------------------------------------ flash jobs -- */
 
-static int is_blank(const u8 *p, u32 n)
-{
-    const u64 *q = (const u64 *)p;
-    for (u32 i = 0; i < n / 8; i++)
-        if (q[i] != ~0ul)
-            return 0;
-    return 1;
-}
-
 /* program the pages of an erased unit that hold data */
 static void program_erased(u32 base, const u8 *src, u32 n)
 {
     for (u32 pg = 0; pg < n; pg += PAGE) {
         if (!is_blank(src + pg, PAGE))
-            flash_program(base + pg, src + pg);
+            flash_program(base, src, pg);
         else
             uart_poll();
     }
@@ -616,7 +683,7 @@ static void write_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src)
         }
         for (u32 pg = at; pg < at + SECTOR; pg += PAGE) {
             if (page_dirty[pg / PAGE])
-                flash_program(base + pg, unit_buf + pg);
+                flash_program(base, unit_buf, pg);
             else
                 uart_poll();
         }

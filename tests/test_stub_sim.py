@@ -239,9 +239,11 @@ def test_reads_stay_standard_when_quad_reads_differ(monkeypatch):
 
     monkeypatch.setattr(NorFlash, "enhanced", broken)
     data = random.Random(22).randbytes(0x20000)
-    _, digest, wide = _hash_after_write(SIM, data)
+    board, digest, wide = _hash_after_write(SIM, data)
     assert digest == hashlib.sha256(data).digest()
-    assert wide == 256  # the one page of the check, then standard reads only
+    assert wide == 0  # the hash read on one line
+    assert board.flash.stats.bytes_read_wide == 256  # only the page of the check
+    assert board.flash.stats.bytes_programmed_wide == 0
 
 
 def test_reads_stay_standard_on_chips_without_a_known_quad_bit(monkeypatch):
@@ -252,3 +254,40 @@ def test_reads_stay_standard_on_chips_without_a_known_quad_bit(monkeypatch):
     board, digest, wide = _hash_after_write(SIM + "&chip=n25q128", data)
     assert digest == hashlib.sha256(data).digest()
     assert wide == 0 and not board.flash.quad_enabled
+
+
+def test_quad_programs_checked_on_the_first_page(monkeypatch):
+    """Quad reads work but quad page programs come out wrong: the flasher's read-back
+    of its first quad page catches it, rewrites that sector on one line and programs
+    on one line from then on; the data ends up right."""
+    from kflashpy.sim.flash import NorFlash
+
+    real = NorFlash.enhanced
+    quad_programs = []
+
+    def broken(self, inst, addr, addr_bits, wait, tx, rx_len, lines, now):
+        if inst == 0x32:
+            quad_programs.append(addr)
+            tx = bytes(b & 0xF7 for b in tx)
+        return real(self, inst, addr, addr_bits, wait, tx, rx_len, lines, now)
+
+    monkeypatch.setattr(NorFlash, "enhanced", broken)
+    with connect(SIM, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        board = d.port.sim_board
+        board.flash.data[0x100000:0x101000] = random.Random(24).randbytes(0x1000)  # lets
+        d.stage2.sha256(0x100000, 0x1000)  # the flasher check its quad reads
+        data = random.Random(25).randbytes(0x8000)
+        d.stage2.write(0x200000, data)
+        assert board.flash.read(0x200000, len(data)) == data
+        assert len(quad_programs) == 1
+
+
+def test_quad_programs_used_once_reads_are(dev):
+    board, s2 = dev.port.sim_board, dev.stage2
+    board.flash.data[0x500000:0x501000] = random.Random(26).randbytes(0x1000)
+    s2.sha256(0x500000, 0x1000)
+    before = board.flash.stats.bytes_programmed_wide
+    data = random.Random(27).randbytes(0x4000)
+    s2.write(0x510000, data)
+    assert board.flash.read(0x510000, len(data)) == data
+    assert board.flash.stats.bytes_programmed_wide - before == len(data)

@@ -131,6 +131,8 @@ class FlashStats:
     bytes_read_wide: int = 0
     programs: int = 0
     bytes_programmed: int = 0
+    #: of bytes_programmed: those clocked in on four data lines (quad page program)
+    bytes_programmed_wide: int = 0
     erases: int = 0
     bytes_erased: int = 0
     status_writes: int = 0
@@ -689,7 +691,9 @@ class NorFlash:
                 self._refuse()
                 return b""
             if tx_data:
+                programmed = self.stats.bytes_programmed
                 self._program(address, tx_data[-PAGE_SIZE:], len(tx_data), now)
+                self.stats.bytes_programmed_wide += self.stats.bytes_programmed - programmed
             else:
                 self._refuse()
             return b""
