@@ -574,8 +574,11 @@ static void flash_init(void)
         spi_send(w, 2, 0, 0);
         flash_wait(6000);
     }
-    if (flash_ok)
+    if (flash_ok) {
+        u8 page[PAGE] __attribute__((aligned(8)));
         quad_enable();
+        flash_read(0, page, PAGE); /* a firmware at 0 lets quad reads be checked at once */
+    }
 }
 
 /* ------------------------------------------------------------ flash jobs -- */

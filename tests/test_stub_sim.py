@@ -291,3 +291,17 @@ def test_quad_programs_used_once_reads_are(dev):
     s2.write(0x510000, data)
     assert board.flash.read(0x510000, len(data)) == data
     assert board.flash.stats.bytes_programmed_wide - before == len(data)
+
+
+def test_a_firmware_at_0_lets_quad_reads_be_checked_at_start(tmp_path):
+    """Flash init reads page 0: with a firmware there, even the blank-check of an erased
+    region (before anything is written) reads on four lines."""
+    image = tmp_path / "board.img"
+    flash = bytearray(b"\xff" * (16 << 20))
+    flash[:4096] = random.Random(28).randbytes(4096)
+    image.write_bytes(flash)
+    with connect(f"{SIM}&flash={image}", board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        board = d.port.sim_board
+        wide = board.flash.stats.bytes_read_wide
+        d.stage2.hash_list(0x400000, 0x40000)
+        assert board.flash.stats.bytes_read_wide - wide >= 0x40000
