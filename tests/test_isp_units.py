@@ -100,6 +100,36 @@ def test_board_wirings_come_from_the_layout_data():
     assert reset.plans_for(layouts.get_board("maix-bit"), "none")[0].run == ()
 
 
+def test_quick_reset_round_comes_first_and_keeps_custom_timing():
+    from kflashpy.isp.connect import _attempts
+    from kflashpy.isp.rom import GREETING_TIMEOUT, QUICK_GREETING_TIMEOUT
+
+    (plan,) = reset.plans_for(layouts.get_board("maix-bit"))
+    tries = list(_attempts([plan]))
+    first_steps, first_timeout = tries[0][1], tries[0][2]
+    assert [s.line for s in first_steps] == [s.line for s in plan.enter_isp]
+    assert max(s.wait for s in first_steps) == reset.QUICK_HOLD
+    assert first_timeout == QUICK_GREETING_TIMEOUT
+    assert all(t[1] == plan.enter_isp and t[2] == GREETING_TIMEOUT for t in tries[1:])
+    assert len(tries) > 2
+    custom = reset.plans_for(layouts.get_board("maix-bit"), "R1 W0.2 R0")
+    assert custom[0].quick_isp is None
+    assert all(t[1] == custom[0].enter_isp for t in _attempts(custom))
+
+
+def test_a_board_answers_the_quick_reset():
+    """On the virtual board the ROM answers the first, quick reset: it greets within
+    50 ms of opening the port instead of kflash's 300 ms."""
+    pytest.importorskip("kflashpy.sim.core")
+    from kflashpy.isp.connect import open_device
+
+    dev = open_device("sim://?board=maix-bit", board="maix-bit")
+    try:
+        assert dev.port.sim_board.now < 0.05
+    finally:
+        dev.close()
+
+
 def test_apply_drives_lines_and_waits():
     port = serial.serial_for_url("loop://")
     waited = []
