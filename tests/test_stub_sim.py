@@ -305,3 +305,17 @@ def test_a_firmware_at_0_lets_quad_reads_be_checked_at_start(tmp_path):
         wide = board.flash.stats.bytes_read_wide
         d.stage2.hash_list(0x400000, 0x40000)
         assert board.flash.stats.bytes_read_wide - wide >= 0x40000
+
+
+def test_long_reads_stream_at_wire_speed():
+    """A read larger than the flasher's 32 KiB window streams without stalls: the
+    host's acknowledgements reach the board while it sends (once lost to a stall that
+    made reads restart with halved chunks)."""
+    with connect(SIM, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        board = d.port.sim_board
+        data = random.Random(29).randbytes(0x30000)
+        board.flash.data[0x400000 : 0x400000 + len(data)] = data
+        t = board.now
+        assert d.stage2.read(0x400000, len(data)) == data
+        assert board.now - t < 1.1 * len(data) * 10 / 3000000
+        assert d.link.stats.retries == 0
