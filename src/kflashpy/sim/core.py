@@ -35,6 +35,7 @@ from unicorn import (
 from unicorn import riscv_const as rv
 from unicorn.unicorn_py3.unicorn import (
     HOOK_CODE_CFUNC,
+    HOOK_INTR_CFUNC,
     HOOK_MEM_ACCESS_CFUNC,
     MMIO_READ_CFUNC,
     MMIO_WRITE_CFUNC,
@@ -102,6 +103,31 @@ _PLAIN = (
     (0x5046_0000, 0x1000, "rtc"),
 )
 _IRQ = {"uart1": 11, "uart2": 12, "uart3": 13, "uarths": 33}
+
+# The engine calls the core makes many times a second, bound so that the calling thread
+# keeps the GIL. ctypes releases it around every foreign call, and then every Python hook
+# the engine runs during a slice has to take it back (a lock hand-over per MMIO access,
+# about 14 per byte the kflash stub receives). The hart only ever runs on the calling
+# thread, and hooks run Python code, so other threads still get their turn.
+_GIL_KEPT = ctypes.PyDLL(uclib._name, handle=uclib._handle)
+
+
+def _gil_kept(name: str) -> Any:
+    """``uclib.<name>`` with its prototype, called without releasing the GIL."""
+    fn = getattr(_GIL_KEPT, name)
+    proto = getattr(uclib, name)
+    fn.argtypes, fn.restype = proto.argtypes, proto.restype
+    return fn
+
+
+_uc_emu_start = _gil_kept("uc_emu_start")
+_uc_emu_stop = _gil_kept("uc_emu_stop")
+_uc_reg_read = _gil_kept("uc_reg_read")
+_uc_reg_write = _gil_kept("uc_reg_write")
+_uc_reg_read_batch = _gil_kept("uc_reg_read_batch")
+_uc_reg_write_batch = _gil_kept("uc_reg_write_batch")
+_uc_hook_add = _gil_kept("uc_hook_add")
+_uc_hook_del = _gil_kept("uc_hook_del")
 
 
 def _vector(tvec: int, cause: int) -> int:
@@ -218,7 +244,7 @@ class Core:
         self._mtime_base, self._mtime_t0 = 0, board.now
         self._clock_changed()
         self._route()
-        uc.hook_add(UC_HOOK_INTR, self._on_exception)
+        self._hook_exceptions()
         self._guard_alias()
         self._install_code_hooks(board.rom.written_range(entry))
         self._rw(rv.UC_RISCV_REG_PC, entry)
@@ -253,22 +279,53 @@ class Core:
 
     # fast register access: the binding's reg_read/reg_write cost several microseconds
     def _rr(self, reg: int) -> int:
-        uclib.uc_reg_read(self._uch, reg, self._pval)
+        _uc_reg_read(self._uch, reg, self._pval)
         return self._val.value
 
     def _rw(self, reg: int, value: int) -> None:
         self._val.value = value & 0xFFFF_FFFF_FFFF_FFFF
-        uclib.uc_reg_write(self._uch, reg, self._pval)
+        _uc_reg_write(self._uch, reg, self._pval)
 
     def _gprs(self) -> bytes:
         """x1..x31 as one bytes object (cheap to compare)."""
-        uclib.uc_reg_read_batch(self._uch, self._gpr_ids, self._gpr_ptrs, len(_GPRS))
+        _uc_reg_read_batch(self._uch, self._gpr_ids, self._gpr_ptrs, len(_GPRS))
         return bytes(self._gpr_vals)
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
-        uclib.uc_emu_stop(self.uc._uch)
+        _uc_emu_stop(self._uch)
+
+    def _hook_exceptions(self) -> None:
+        """Route unicorn's exceptions (``ecall`` and faults) to :meth:`_on_exception`
+        through a raw ctypes hook, as every other hook: the binding's wrapper reports
+        errors through ``Uc.emu_start``, which the core does not use."""
+        core = self
+
+        def intr(_h: object, intno: int, _ud: object) -> None:
+            try:
+                core._on_exception(intno)
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        ptr = HOOK_INTR_CFUNC(intr)
+        self._keep.append(ptr)
+        handle = ctypes.c_size_t()
+        status = _uc_hook_add(
+            self._uch,
+            ctypes.byref(handle),
+            UC_HOOK_INTR,
+            ptr,
+            None,
+            ctypes.c_uint64(1),
+            ctypes.c_uint64(0),
+        )
+        if status:
+            raise UcError(status)
+
+    def _emu(self, pc: int, count: int) -> int:
+        """Run at most ``count`` instructions from ``pc``; the engine's status (0 = ok)."""
+        return _uc_emu_start(self._uch, pc, _UNTIL, 0, count)  # type: ignore[no-any-return]
 
     def _install_code_hooks(self, span: tuple[int, int]) -> None:
         """Hook every ``mret`` and ``csrr rd, mip`` found in the uploaded code."""
@@ -307,7 +364,7 @@ class Core:
 
     def _add_code_hook(self, ptr: Any, begin: int, end: int) -> int:
         handle = ctypes.c_size_t()
-        status = uclib.uc_hook_add(
+        status = _uc_hook_add(
             self._uch,
             ctypes.byref(handle),
             UC_HOOK_CODE,
@@ -343,7 +400,7 @@ class Core:
     def _unguard_alias(self) -> None:
         if self._alias_guard is None:
             return
-        uclib.uc_hook_del(self._uch, self._alias_guard)
+        _uc_hook_del(self._uch, self._alias_guard)
         self._alias_guard = None
         for alias, ptr, handles in self._alias_waiting:
             handles.append(self._add_code_hook(ptr, alias, alias))
@@ -400,11 +457,11 @@ class Core:
 
     def _skip_until(self, t: float) -> None:
         self._skip = t
-        self.uc.emu_stop()
+        _uc_emu_stop(self._uch)
 
     def _request_soft_reset(self) -> None:
         self._reset_requested = True
-        self.uc.emu_stop()
+        _uc_emu_stop(self._uch)
 
     def _transmit(self, name: str, byte: int) -> None:
         if name == self.tx_name:
@@ -412,7 +469,7 @@ class Core:
 
     def _trap_regs(self) -> Any:
         """mstatus, mie, mtvec and pc, read in one call."""
-        uclib.uc_reg_read_batch(self._uch, self._trap_ids, self._trap_ptrs, 4)
+        _uc_reg_read_batch(self._uch, self._trap_ids, self._trap_ptrs, 4)
         return self._trap_vals
 
     def _take(self, mstatus: int, cause: int, tvec: int, epc: int | None) -> None:
@@ -425,7 +482,7 @@ class Core:
         vals[1] = cause
         if epc is not None:
             vals[2] = epc
-        uclib.uc_reg_write_batch(self._uch, self._tw_ids, self._tw_ptrs, 2 if epc is None else 3)
+        _uc_reg_write_batch(self._uch, self._tw_ids, self._tw_ptrs, 2 if epc is None else 3)
         self._rw(rv.UC_RISCV_REG_PC, _vector(tvec, cause))
         self._last_cause = cause
         self.traps += 1
@@ -445,13 +502,13 @@ class Core:
         mpie = MSTATUS_MPIE if mstatus & MSTATUS_MIE else 0
         self._take((mstatus & ~(MSTATUS_MIE | MSTATUS_MPIE)) | mpie | MSTATUS_MPP, cause, tvec, epc)
 
-    def _on_exception(self, uc: Uc, intno: int, _ud: object) -> None:
+    def _on_exception(self, intno: int) -> None:
         pc = self._rr(rv.UC_RISCV_REG_PC)
         if intno == 8:  # ecall: unicorn already stepped over it
             self._enter_trap(CAUSE_ECALL_M, pc - 4)
         else:
             self._halt_reason = f"exception {intno} at 0x{pc:08x}"
-            uc.emu_stop()
+            _uc_emu_stop(self._uch)
 
     def _on_mret(self, uc: Uc, address: int, size: int, _ud: object) -> None:
         """Chain the next pending interrupt at ``mret``, or perform the ``mret``."""
@@ -534,7 +591,6 @@ class Core:
     def run(self, t_end: float) -> None:
         """Execute until virtual time ``t_end`` (or until the board leaves the core)."""
         board = self.board
-        uc = self.uc
         self._halt_reason = ""
         while board.now < t_end and board.core is self:
             self._sync_rx()
@@ -555,13 +611,13 @@ class Core:
             pc = self._rr(rv.UC_RISCV_REG_PC)
             self._in_slice = True
             try:
-                uc.emu_start(pc, _UNTIL, count=count)
-            except UcError as exc:
-                pc = self._rr(rv.UC_RISCV_REG_PC)
-                board.halt(f"{exc} at 0x{pc:08x}")
-                return
+                status = self._emu(pc, count)
             finally:
                 self._in_slice = False
+            if status:
+                pc = self._rr(rv.UC_RISCV_REG_PC)
+                board.halt(f"{UcError(status)} at 0x{pc:08x}")
+                return
             self.slices += 1
             done = self._icount.executed(count)
             if done is None:  # estimate: a slice stopped early ran half its budget
@@ -600,7 +656,7 @@ class Core:
         it is only installed while a wait loop is being confirmed)."""
         if on and self._store_hook is None:
             handle = ctypes.c_size_t()
-            status = uclib.uc_hook_add(
+            status = _uc_hook_add(
                 self._uch,
                 ctypes.byref(handle),
                 UC_HOOK_MEM_WRITE,
@@ -613,7 +669,7 @@ class Core:
                 raise UcError(status)
             self._store_hook = handle.value
         elif not on and self._store_hook is not None:
-            uclib.uc_hook_del(self._uch, self._store_hook)
+            _uc_hook_del(self._uch, self._store_hook)
             self._store_hook = None
 
     def _on_store_raw(
@@ -644,7 +700,6 @@ class Core:
         memory (delays, computations) are not idle and keep running instruction by
         instruction.
         """
-        uc = self.uc
         start = self._rr(rv.UC_RISCV_REG_PC)
         if self.board.now < self._learn_after or start in self._heads or start in self._suspended:
             return False  # tracing is costly: not again so soon, nor where a hook watches
@@ -663,9 +718,7 @@ class Core:
                     self._learn_after = 0.0
                     return True
                 seen[key] = self._stores
-                try:
-                    uc.emu_start(pc, _UNTIL, count=1)
-                except UcError:
+                if self._emu(pc, 1):
                     return False
             return False
         finally:
@@ -707,7 +760,7 @@ class Core:
         self._armed = False
         handles = self._heads.pop(address, [])
         for handle in handles:
-            uclib.uc_hook_del(self._uch, handle)
+            _uc_hook_del(self._uch, handle)
         self._alias_waiting = [w for w in self._alias_waiting if w[2] is not handles]
         self._suspended[address] = self.board.now + HEAD_SUSPEND
 
