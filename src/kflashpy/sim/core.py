@@ -112,22 +112,27 @@ _IRQ = {"uart1": 11, "uart2": 12, "uart3": 13, "uarths": 33}
 _GIL_KEPT = ctypes.PyDLL(uclib._name, handle=uclib._handle)
 
 
-def _gil_kept(name: str) -> Any:
-    """``uclib.<name>`` with its prototype, called without releasing the GIL."""
+def _gil_kept(name: str, prototype: bool = True) -> Any:
+    """``uclib.<name>``, called without releasing the GIL. With ``prototype=False`` the
+    arguments are passed unconverted, so they must be ctypes objects or ints that fit a
+    C int: converting them through ``argtypes`` costs as much as the call itself (about
+    120 ns of 260), and the register accessors run several times per interrupt."""
     fn = getattr(_GIL_KEPT, name)
-    proto = getattr(uclib, name)
-    fn.argtypes, fn.restype = proto.argtypes, proto.restype
+    fn.restype = getattr(uclib, name).restype
+    if prototype:
+        fn.argtypes = getattr(uclib, name).argtypes
     return fn
 
 
 _uc_emu_start = _gil_kept("uc_emu_start")
-_uc_emu_stop = _gil_kept("uc_emu_stop")
-_uc_reg_read = _gil_kept("uc_reg_read")
-_uc_reg_write = _gil_kept("uc_reg_write")
-_uc_reg_read_batch = _gil_kept("uc_reg_read_batch")
-_uc_reg_write_batch = _gil_kept("uc_reg_write_batch")
 _uc_hook_add = _gil_kept("uc_hook_add")
 _uc_hook_del = _gil_kept("uc_hook_del")
+# (engine handle, int, ctypes pointer or array, int) only
+_uc_emu_stop = _gil_kept("uc_emu_stop", prototype=False)
+_uc_reg_read = _gil_kept("uc_reg_read", prototype=False)
+_uc_reg_write = _gil_kept("uc_reg_write", prototype=False)
+_uc_reg_read_batch = _gil_kept("uc_reg_read_batch", prototype=False)
+_uc_reg_write_batch = _gil_kept("uc_reg_write_batch", prototype=False)
 
 
 def _vector(tvec: int, cause: int) -> int:
