@@ -77,12 +77,13 @@ LEARN_BACKOFF = 2e-3  # virtual seconds between two loop tracings that found no 
 HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
 HEAD_SUSPEND = 0.01  # virtual seconds a wait-loop hook stays off after its loop was busy
 _GPRS = tuple(range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X1 + 31))
-# registers every trap decision needs, read in one call
+# registers every trap decision (and an mret) needs, read in one call
 _TRAP_READ = (
     rv.UC_RISCV_REG_MSTATUS,
     rv.UC_RISCV_REG_MIE,
     rv.UC_RISCV_REG_MTVEC,
     rv.UC_RISCV_REG_PC,
+    rv.UC_RISCV_REG_MEPC,
 )
 _TRAP_WRITE = (rv.UC_RISCV_REG_MSTATUS, rv.UC_RISCV_REG_MCAUSE, rv.UC_RISCV_REG_MEPC)
 _NEVER = (1 << 64) - 1  # mtimecmp reset value
@@ -188,6 +189,7 @@ class Core:
         self._val = ctypes.c_uint64()
         self._pval = ctypes.byref(self._val)
         self._icount = InstructionCounter(uc)
+        self._count_cell = self._icount.cell
         self._gpr_ids, self._gpr_vals, self._gpr_ptrs = _reg_batch(_GPRS)
         self._trap_ids, self._trap_vals, self._trap_ptrs = _reg_batch(_TRAP_READ)
         self._tw_ids, self._tw_vals, self._tw_ptrs = _reg_batch(_TRAP_WRITE)
@@ -346,14 +348,14 @@ class Core:
             self._hook(lo + 2 * int(idx), self._on_csrr_mip, int(words[idx]) >> 7 & 0x1F)
 
     def _hook(self, addr: int, callback: Any, data: object) -> list[int]:
-        """Hook one instruction in both SRAM views (code may run from the alias); return
-        the hook handles (the alias one joins the list once code runs from the alias)."""
-        uc = self.uc
+        """Hook one instruction in both SRAM views (code may run from the alias) with
+        ``callback(address, data)``; return the hook handles (the alias one joins the
+        list once code runs from the alias)."""
         core = self
 
-        def code(_h: object, address: int, size: int, _ud: object) -> None:
+        def code(_h: object, address: int, _size: int, _ud: object) -> None:
             try:
-                callback(uc, address, size, data)
+                callback(address, data)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
@@ -433,10 +435,13 @@ class Core:
     def _time(self) -> float:
         """The core's virtual time, including what the running slice has done so far."""
         t = self.board.now + self._stall
-        if self._in_slice:
-            done = self._icount.executed(self._budget)
-            if done is not None:
-                t += (done - self._accounted) / self.cpu_hz
+        cell = self._count_cell
+        if self._in_slice and cell is not None:
+            # InstructionCounter.executed() inlined: this runs on every read of a UART's
+            # receive state, several times per received byte
+            done = cell.value
+            budget = self._budget
+            t += ((done if done < budget else budget) - self._accounted) / self.cpu_hz
         return t
 
     def _puller(self, uart: Any) -> Any:
@@ -473,8 +478,8 @@ class Core:
             self.board.board_transmit(bytes((byte,)), self._time(), self.uarts[name].baud())
 
     def _trap_regs(self) -> Any:
-        """mstatus, mie, mtvec and pc, read in one call."""
-        _uc_reg_read_batch(self._uch, self._trap_ids, self._trap_ptrs, 4)
+        """mstatus, mie, mtvec, pc and mepc, read in one call."""
+        _uc_reg_read_batch(self._uch, self._trap_ids, self._trap_ptrs, len(_TRAP_READ))
         return self._trap_vals
 
     def _take(self, mstatus: int, cause: int, tvec: int, epc: int | None) -> None:
@@ -515,12 +520,12 @@ class Core:
             self._halt_reason = f"exception {intno} at 0x{pc:08x}"
             _uc_emu_stop(self._uch)
 
-    def _on_mret(self, uc: Uc, address: int, size: int, _ud: object) -> None:
+    def _on_mret(self, _address: int, _data: object) -> None:
         """Chain the next pending interrupt at ``mret``, or perform the ``mret``."""
         regs = self._trap_regs()
         mstatus = regs[0]
         if not mstatus & MSTATUS_MPIE:
-            self._mret(mstatus)
+            self._mret(mstatus, regs[4])
             return
         cause = self._pending_cause(regs[1])
         if cause:
@@ -532,9 +537,9 @@ class Core:
                 self._rw(rv.UC_RISCV_REG_PC, _vector(regs[2], cause))
                 self.traps += 1
         else:
-            self._mret(mstatus)
+            self._mret(mstatus, regs[4])
 
-    def _mret(self, mstatus: int) -> None:
+    def _mret(self, mstatus: int, mepc: int) -> None:
         """Return from a machine-mode trap to machine mode in place of unicorn's ``mret``,
         leaving MPP = M where unicorn writes U. Every change of MPP makes unicorn flush
         its TLB (about 80 µs), and the next trap entry would change it back: that
@@ -545,9 +550,9 @@ class Core:
             return
         mie = MSTATUS_MIE if mstatus & MSTATUS_MPIE else 0
         self._rw(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | mie | MSTATUS_MPIE)
-        self._rw(rv.UC_RISCV_REG_PC, self._rr(rv.UC_RISCV_REG_MEPC))
+        self._rw(rv.UC_RISCV_REG_PC, mepc)
 
-    def _on_csrr_mip(self, uc: Uc, address: int, size: int, rd: int) -> None:
+    def _on_csrr_mip(self, address: int, rd: int) -> None:
         value = 0  # unicorn's own MEIP/MTIP/MSIP never rise; the rest stays 0 on one hart
         if self.plic.best():
             value |= MIE_MEIE
@@ -729,7 +734,7 @@ class Core:
         finally:
             self._watch_stores(False)
 
-    def _on_idle_head(self, uc: Uc, address: int, size: int, _ud: object) -> None:
+    def _on_idle_head(self, address: int, _data: object) -> None:
         """At a known wait-loop PC. Two visits with the same registers and no MMIO or trap
         between them make a candidate; stores are then watched for one more iteration:
         none -> idle, the slice ends; some -> the loop is busy (e.g. a delay counting in
@@ -755,7 +760,7 @@ class Core:
         self._armed = False
         if self._stores == 0:
             self._idle_hit = True
-            uc.emu_stop()
+            _uc_emu_stop(self._uch)
             return
         self._suspend_head(address)
 
