@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from unicorn import (
     UC_ARCH_RISCV,
+    UC_HOOK_BLOCK,
     UC_HOOK_CODE,
     UC_HOOK_INTR,
     UC_HOOK_MEM_WRITE,
@@ -369,12 +370,12 @@ class Core:
             self._alias_waiting.append((alias, ptr, handles))
         return handles
 
-    def _add_code_hook(self, ptr: Any, begin: int, end: int) -> int:
+    def _add_code_hook(self, ptr: Any, begin: int, end: int, kind: int = UC_HOOK_CODE) -> int:
         handle = ctypes.c_size_t()
         status = _uc_hook_add(
             self._uch,
             ctypes.byref(handle),
-            UC_HOOK_CODE,
+            kind,
             ptr,
             None,
             ctypes.c_uint64(begin),
@@ -389,9 +390,11 @@ class Core:
 
         ``count``-limited slices make unicorn walk its whole code-hook list on every
         instruction, so each hook costs time everywhere; programs rarely run from the
-        alias. One hook on the whole alias installs the deferred ones the first time it
-        fires (they are appended to the list being walked, so they still see the
-        instruction that fired it) and removes itself."""
+        alias. A block hook on the whole alias installs the deferred ones the first time
+        a block starts there (code entering the alias always starts a block, and block
+        hooks run before the block's first instruction, so that instruction is hooked
+        too) and removes itself. Block hooks cost nothing outside their range: unicorn
+        checks their bounds when it translates a block, not per instruction."""
         core = self
 
         def first(_h: object, _address: int, _size: int, _ud: object) -> None:
@@ -402,7 +405,9 @@ class Core:
 
         ptr = HOOK_CODE_CFUNC(first)
         self._keep.append(ptr)
-        self._alias_guard = self._add_code_hook(ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1)
+        self._alias_guard = self._add_code_hook(
+            ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1, UC_HOOK_BLOCK
+        )
 
     def _unguard_alias(self) -> None:
         if self._alias_guard is None:
