@@ -65,6 +65,7 @@ MIE_MSIE, MIE_MTIE, MIE_MEIE = 1 << 3, 1 << 7, 1 << 11
 IRQ_BIT = 1 << 63
 CAUSE_ECALL_M = 11
 INSN_MRET, INSN_WFI = 0x3020_0073, 0x1050_0073
+_WFI_BYTES = INSN_WFI.to_bytes(4, "little")
 CSRR_MIP_MASK, CSRR_MIP = 0xFFFF_F07F, 0x3440_2073  # csrrs rd, mip, x0
 MIN_SLICE = 200
 # Longest slice, in virtual seconds: interrupts are taken and bytes that nobody reads are
@@ -610,11 +611,12 @@ class Core:
         while board.now < t_end and board.core is self:
             self._sync_rx()
             regs = self._trap_regs()
-            mie = regs[1]
+            mie, pc = regs[1], regs[3]
             if regs[0] & MSTATUS_MIE:
                 cause = self._pending_cause(mie)
                 if cause:
-                    self._enter_trap(cause, regs[3])
+                    self._enter_trap(cause, pc)
+                    pc = self._rr(rv.UC_RISCV_REG_PC)
             t_stop = self._next_event(t_end, mie)
             count = max(MIN_SLICE, int(min(t_stop - board.now, MAX_SLICE_S) * self.cpu_hz))
             self._stall = 0.0
@@ -623,7 +625,6 @@ class Core:
             self._idle_hit = False
             self._head_visits = 0
             marks = (self._mmio_count, self.traps)
-            pc = self._rr(rv.UC_RISCV_REG_PC)
             self._in_slice = True
             try:
                 status = self._emu(pc, count)
@@ -787,7 +788,13 @@ class Core:
                 self._heads[pc] = self._hook(pc, self._on_idle_head, None)
 
     def _at_wfi(self) -> bool:
+        """Did the slice stop after a ``wfi``? (Asked after most slices: the word is read
+        from the SRAM buffer when it lies there, without a round trip through unicorn.)"""
         pc = self._rr(rv.UC_RISCV_REG_PC)
+        for base in (SRAM_BASE, SRAM_ALIAS):
+            if base + 4 <= pc <= base + SRAM_SIZE:
+                off = pc - 4 - base
+                return self.board.sram.data[off : off + 4] == _WFI_BYTES
         try:
             insn = self.uc.mem_read(pc - 4, 4)
         except UcError:
