@@ -319,18 +319,7 @@ class Core:
 
         ptr = HOOK_INTR_CFUNC(intr)
         self._keep.append(ptr)
-        handle = ctypes.c_size_t()
-        status = _uc_hook_add(
-            self._uch,
-            ctypes.byref(handle),
-            UC_HOOK_INTR,
-            ptr,
-            None,
-            ctypes.c_uint64(1),
-            ctypes.c_uint64(0),
-        )
-        if status:
-            raise UcError(status)
+        self._add_hook(ptr, 1, 0, UC_HOOK_INTR)  # begin > end: everywhere
 
     def _emu(self, pc: int, count: int) -> int:
         """Run at most ``count`` instructions from ``pc``; the engine's status (0 = ok)."""
@@ -363,15 +352,16 @@ class Core:
 
         ptr = HOOK_CODE_CFUNC(code)
         self._keep.append(ptr)
-        handles = [self._add_code_hook(ptr, addr, addr)]
+        handles = [self._add_hook(ptr, addr, addr)]
         alias = addr - SRAM_BASE + SRAM_ALIAS
         if self._alias_guard is None:
-            handles.append(self._add_code_hook(ptr, alias, alias))
+            handles.append(self._add_hook(ptr, alias, alias))
         else:
             self._alias_waiting.append((alias, ptr, handles))
         return handles
 
-    def _add_code_hook(self, ptr: Any, begin: int, end: int, kind: int = UC_HOOK_CODE) -> int:
+    def _add_hook(self, ptr: Any, begin: int, end: int, kind: int = UC_HOOK_CODE) -> int:
+        """Install a raw ctypes hook of ``kind`` on ``begin..end``; return its handle."""
         handle = ctypes.c_size_t()
         status = _uc_hook_add(
             self._uch,
@@ -406,7 +396,7 @@ class Core:
 
         ptr = HOOK_CODE_CFUNC(first)
         self._keep.append(ptr)
-        self._alias_guard = self._add_code_hook(
+        self._alias_guard = self._add_hook(
             ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1, UC_HOOK_BLOCK
         )
 
@@ -416,7 +406,7 @@ class Core:
         _uc_hook_del(self._uch, self._alias_guard)
         self._alias_guard = None
         for alias, ptr, handles in self._alias_waiting:
-            handles.append(self._add_code_hook(ptr, alias, alias))
+            handles.append(self._add_hook(ptr, alias, alias))
         self._alias_waiting.clear()
 
     def _route(self) -> None:
@@ -671,19 +661,7 @@ class Core:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so
         it is only installed while a wait loop is being confirmed)."""
         if on and self._store_hook is None:
-            handle = ctypes.c_size_t()
-            status = _uc_hook_add(
-                self._uch,
-                ctypes.byref(handle),
-                UC_HOOK_MEM_WRITE,
-                self._store_ptr,
-                None,
-                ctypes.c_uint64(1),
-                ctypes.c_uint64(0),
-            )
-            if status:
-                raise UcError(status)
-            self._store_hook = handle.value
+            self._store_hook = self._add_hook(self._store_ptr, 1, 0, UC_HOOK_MEM_WRITE)
         elif not on and self._store_hook is not None:
             _uc_hook_del(self._uch, self._store_hook)
             self._store_hook = None
