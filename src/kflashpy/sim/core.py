@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 from unicorn import (
     UC_ARCH_RISCV,
-    UC_HOOK_BLOCK,
     UC_HOOK_CODE,
     UC_HOOK_INTR,
     UC_HOOK_MEM_WRITE,
@@ -381,11 +380,13 @@ class Core:
 
         ``count``-limited slices make unicorn walk its whole code-hook list on every
         instruction, so each hook costs time everywhere; programs rarely run from the
-        alias. A block hook on the whole alias installs the deferred ones the first time
-        a block starts there (code entering the alias always starts a block, and block
-        hooks run before the block's first instruction, so that instruction is hooked
-        too) and removes itself. Block hooks cost nothing outside their range: unicorn
-        checks their bounds when it translates a block, not per instruction."""
+        alias. One hook on the whole alias installs the deferred ones the first time it
+        fires (they are appended to the list being walked, so they still see the
+        instruction that fired it) and removes itself. It must be a code hook (a block
+        hook would be cheaper): unicorn emits the per-instruction hook call only into
+        blocks translated while some code hook besides its counter exists, and wait-loop
+        hooks added later rely on that call being there in programs without ``mret`` or
+        ``csrr mip``."""
         core = self
 
         def first(_h: object, _address: int, _size: int, _ud: object) -> None:
@@ -396,9 +397,7 @@ class Core:
 
         ptr = HOOK_CODE_CFUNC(first)
         self._keep.append(ptr)
-        self._alias_guard = self._add_hook(
-            ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1, UC_HOOK_BLOCK
-        )
+        self._alias_guard = self._add_hook(ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1)
 
     def _unguard_alias(self) -> None:
         if self._alias_guard is None:
