@@ -35,6 +35,7 @@ from unicorn import (
 from unicorn import riscv_const as rv
 from unicorn.unicorn_py3.unicorn import (
     HOOK_CODE_CFUNC,
+    HOOK_INTR_CFUNC,
     HOOK_MEM_ACCESS_CFUNC,
     MMIO_READ_CFUNC,
     MMIO_WRITE_CFUNC,
@@ -63,6 +64,7 @@ MIE_MSIE, MIE_MTIE, MIE_MEIE = 1 << 3, 1 << 7, 1 << 11
 IRQ_BIT = 1 << 63
 CAUSE_ECALL_M = 11
 INSN_MRET, INSN_WFI = 0x3020_0073, 0x1050_0073
+_WFI_BYTES = INSN_WFI.to_bytes(4, "little")
 CSRR_MIP_MASK, CSRR_MIP = 0xFFFF_F07F, 0x3440_2073  # csrrs rd, mip, x0
 MIN_SLICE = 200
 # Longest slice, in virtual seconds: interrupts are taken and bytes that nobody reads are
@@ -76,12 +78,13 @@ LEARN_BACKOFF = 2e-3  # virtual seconds between two loop tracings that found no 
 HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
 HEAD_SUSPEND = 0.01  # virtual seconds a wait-loop hook stays off after its loop was busy
 _GPRS = tuple(range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X1 + 31))
-# registers every trap decision needs, read in one call
+# registers every trap decision (and an mret) needs, read in one call
 _TRAP_READ = (
     rv.UC_RISCV_REG_MSTATUS,
     rv.UC_RISCV_REG_MIE,
     rv.UC_RISCV_REG_MTVEC,
     rv.UC_RISCV_REG_PC,
+    rv.UC_RISCV_REG_MEPC,
 )
 _TRAP_WRITE = (rv.UC_RISCV_REG_MSTATUS, rv.UC_RISCV_REG_MCAUSE, rv.UC_RISCV_REG_MEPC)
 _NEVER = (1 << 64) - 1  # mtimecmp reset value
@@ -102,6 +105,36 @@ _PLAIN = (
     (0x5046_0000, 0x1000, "rtc"),
 )
 _IRQ = {"uart1": 11, "uart2": 12, "uart3": 13, "uarths": 33}
+
+# The engine calls the core makes many times a second, bound so that the calling thread
+# keeps the GIL. ctypes releases it around every foreign call, and then every Python hook
+# the engine runs during a slice has to take it back (a lock hand-over per MMIO access,
+# about 14 per byte the kflash stub receives). The hart only ever runs on the calling
+# thread, and hooks run Python code, so other threads still get their turn.
+_GIL_KEPT = ctypes.PyDLL(uclib._name, handle=uclib._handle)
+
+
+def _gil_kept(name: str, prototype: bool = True) -> Any:
+    """``uclib.<name>``, called without releasing the GIL. With ``prototype=False`` the
+    arguments are passed unconverted, so they must be ctypes objects or ints that fit a
+    C int: converting them through ``argtypes`` costs as much as the call itself (about
+    120 ns of 260), and the register accessors run several times per interrupt."""
+    fn = getattr(_GIL_KEPT, name)
+    fn.restype = getattr(uclib, name).restype
+    if prototype:
+        fn.argtypes = getattr(uclib, name).argtypes
+    return fn
+
+
+_uc_emu_start = _gil_kept("uc_emu_start")
+_uc_hook_add = _gil_kept("uc_hook_add")
+_uc_hook_del = _gil_kept("uc_hook_del")
+# (engine handle, int, ctypes pointer or array, int) only
+_uc_emu_stop = _gil_kept("uc_emu_stop", prototype=False)
+_uc_reg_read = _gil_kept("uc_reg_read", prototype=False)
+_uc_reg_write = _gil_kept("uc_reg_write", prototype=False)
+_uc_reg_read_batch = _gil_kept("uc_reg_read_batch", prototype=False)
+_uc_reg_write_batch = _gil_kept("uc_reg_write_batch", prototype=False)
 
 
 def _vector(tvec: int, cause: int) -> int:
@@ -157,6 +190,7 @@ class Core:
         self._val = ctypes.c_uint64()
         self._pval = ctypes.byref(self._val)
         self._icount = InstructionCounter(uc)
+        self._count_cell = self._icount.cell
         self._gpr_ids, self._gpr_vals, self._gpr_ptrs = _reg_batch(_GPRS)
         self._trap_ids, self._trap_vals, self._trap_ptrs = _reg_batch(_TRAP_READ)
         self._tw_ids, self._tw_vals, self._tw_ptrs = _reg_batch(_TRAP_WRITE)
@@ -218,7 +252,7 @@ class Core:
         self._mtime_base, self._mtime_t0 = 0, board.now
         self._clock_changed()
         self._route()
-        uc.hook_add(UC_HOOK_INTR, self._on_exception)
+        self._hook_exceptions()
         self._guard_alias()
         self._install_code_hooks(board.rom.written_range(entry))
         self._rw(rv.UC_RISCV_REG_PC, entry)
@@ -253,22 +287,42 @@ class Core:
 
     # fast register access: the binding's reg_read/reg_write cost several microseconds
     def _rr(self, reg: int) -> int:
-        uclib.uc_reg_read(self._uch, reg, self._pval)
+        _uc_reg_read(self._uch, reg, self._pval)
         return self._val.value
 
     def _rw(self, reg: int, value: int) -> None:
         self._val.value = value & 0xFFFF_FFFF_FFFF_FFFF
-        uclib.uc_reg_write(self._uch, reg, self._pval)
+        _uc_reg_write(self._uch, reg, self._pval)
 
     def _gprs(self) -> bytes:
         """x1..x31 as one bytes object (cheap to compare)."""
-        uclib.uc_reg_read_batch(self._uch, self._gpr_ids, self._gpr_ptrs, len(_GPRS))
+        _uc_reg_read_batch(self._uch, self._gpr_ids, self._gpr_ptrs, len(_GPRS))
         return bytes(self._gpr_vals)
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
-        uclib.uc_emu_stop(self.uc._uch)
+        _uc_emu_stop(self._uch)
+
+    def _hook_exceptions(self) -> None:
+        """Route unicorn's exceptions (``ecall`` and faults) to :meth:`_on_exception`
+        through a raw ctypes hook, as every other hook: the binding's wrapper reports
+        errors through ``Uc.emu_start``, which the core does not use."""
+        core = self
+
+        def intr(_h: object, intno: int, _ud: object) -> None:
+            try:
+                core._on_exception(intno)
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        ptr = HOOK_INTR_CFUNC(intr)
+        self._keep.append(ptr)
+        self._add_hook(ptr, 1, 0, UC_HOOK_INTR)  # begin > end: everywhere
+
+    def _emu(self, pc: int, count: int) -> int:
+        """Run at most ``count`` instructions from ``pc``; the engine's status (0 = ok)."""
+        return _uc_emu_start(self._uch, pc, _UNTIL, 0, count)  # type: ignore[no-any-return]
 
     def _install_code_hooks(self, span: tuple[int, int]) -> None:
         """Hook every ``mret`` and ``csrr rd, mip`` found in the uploaded code."""
@@ -284,33 +338,34 @@ class Core:
             self._hook(lo + 2 * int(idx), self._on_csrr_mip, int(words[idx]) >> 7 & 0x1F)
 
     def _hook(self, addr: int, callback: Any, data: object) -> list[int]:
-        """Hook one instruction in both SRAM views (code may run from the alias); return
-        the hook handles (the alias one joins the list once code runs from the alias)."""
-        uc = self.uc
+        """Hook one instruction in both SRAM views (code may run from the alias) with
+        ``callback(address, data)``; return the hook handles (the alias one joins the
+        list once code runs from the alias)."""
         core = self
 
-        def code(_h: object, address: int, size: int, _ud: object) -> None:
+        def code(_h: object, address: int, _size: int, _ud: object) -> None:
             try:
-                callback(uc, address, size, data)
+                callback(address, data)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
         ptr = HOOK_CODE_CFUNC(code)
         self._keep.append(ptr)
-        handles = [self._add_code_hook(ptr, addr, addr)]
+        handles = [self._add_hook(ptr, addr, addr)]
         alias = addr - SRAM_BASE + SRAM_ALIAS
         if self._alias_guard is None:
-            handles.append(self._add_code_hook(ptr, alias, alias))
+            handles.append(self._add_hook(ptr, alias, alias))
         else:
             self._alias_waiting.append((alias, ptr, handles))
         return handles
 
-    def _add_code_hook(self, ptr: Any, begin: int, end: int) -> int:
+    def _add_hook(self, ptr: Any, begin: int, end: int, kind: int = UC_HOOK_CODE) -> int:
+        """Install a raw ctypes hook of ``kind`` on ``begin..end``; return its handle."""
         handle = ctypes.c_size_t()
-        status = uclib.uc_hook_add(
+        status = _uc_hook_add(
             self._uch,
             ctypes.byref(handle),
-            UC_HOOK_CODE,
+            kind,
             ptr,
             None,
             ctypes.c_uint64(begin),
@@ -327,7 +382,11 @@ class Core:
         instruction, so each hook costs time everywhere; programs rarely run from the
         alias. One hook on the whole alias installs the deferred ones the first time it
         fires (they are appended to the list being walked, so they still see the
-        instruction that fired it) and removes itself."""
+        instruction that fired it) and removes itself. It must be a code hook (a block
+        hook would be cheaper): unicorn emits the per-instruction hook call only into
+        blocks translated while some code hook besides its counter exists, and wait-loop
+        hooks added later rely on that call being there in programs without ``mret`` or
+        ``csrr mip``."""
         core = self
 
         def first(_h: object, _address: int, _size: int, _ud: object) -> None:
@@ -338,15 +397,15 @@ class Core:
 
         ptr = HOOK_CODE_CFUNC(first)
         self._keep.append(ptr)
-        self._alias_guard = self._add_code_hook(ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1)
+        self._alias_guard = self._add_hook(ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1)
 
     def _unguard_alias(self) -> None:
         if self._alias_guard is None:
             return
-        uclib.uc_hook_del(self._uch, self._alias_guard)
+        _uc_hook_del(self._uch, self._alias_guard)
         self._alias_guard = None
         for alias, ptr, handles in self._alias_waiting:
-            handles.append(self._add_code_hook(ptr, alias, alias))
+            handles.append(self._add_hook(ptr, alias, alias))
         self._alias_waiting.clear()
 
     def _route(self) -> None:
@@ -371,10 +430,13 @@ class Core:
     def _time(self) -> float:
         """The core's virtual time, including what the running slice has done so far."""
         t = self.board.now + self._stall
-        if self._in_slice:
-            done = self._icount.executed(self._budget)
-            if done is not None:
-                t += (done - self._accounted) / self.cpu_hz
+        cell = self._count_cell
+        if self._in_slice and cell is not None:
+            # InstructionCounter.executed() inlined: this runs on every read of a UART's
+            # receive state, several times per received byte
+            done = cell.value
+            budget = self._budget
+            t += ((done if done < budget else budget) - self._accounted) / self.cpu_hz
         return t
 
     def _puller(self, uart: Any) -> Any:
@@ -400,19 +462,19 @@ class Core:
 
     def _skip_until(self, t: float) -> None:
         self._skip = t
-        self.uc.emu_stop()
+        _uc_emu_stop(self._uch)
 
     def _request_soft_reset(self) -> None:
         self._reset_requested = True
-        self.uc.emu_stop()
+        _uc_emu_stop(self._uch)
 
     def _transmit(self, name: str, byte: int) -> None:
         if name == self.tx_name:
             self.board.board_transmit(bytes((byte,)), self._time(), self.uarts[name].baud())
 
     def _trap_regs(self) -> Any:
-        """mstatus, mie, mtvec and pc, read in one call."""
-        uclib.uc_reg_read_batch(self._uch, self._trap_ids, self._trap_ptrs, 4)
+        """mstatus, mie, mtvec, pc and mepc, read in one call."""
+        _uc_reg_read_batch(self._uch, self._trap_ids, self._trap_ptrs, len(_TRAP_READ))
         return self._trap_vals
 
     def _take(self, mstatus: int, cause: int, tvec: int, epc: int | None) -> None:
@@ -425,7 +487,7 @@ class Core:
         vals[1] = cause
         if epc is not None:
             vals[2] = epc
-        uclib.uc_reg_write_batch(self._uch, self._tw_ids, self._tw_ptrs, 2 if epc is None else 3)
+        _uc_reg_write_batch(self._uch, self._tw_ids, self._tw_ptrs, 2 if epc is None else 3)
         self._rw(rv.UC_RISCV_REG_PC, _vector(tvec, cause))
         self._last_cause = cause
         self.traps += 1
@@ -445,20 +507,20 @@ class Core:
         mpie = MSTATUS_MPIE if mstatus & MSTATUS_MIE else 0
         self._take((mstatus & ~(MSTATUS_MIE | MSTATUS_MPIE)) | mpie | MSTATUS_MPP, cause, tvec, epc)
 
-    def _on_exception(self, uc: Uc, intno: int, _ud: object) -> None:
+    def _on_exception(self, intno: int) -> None:
         pc = self._rr(rv.UC_RISCV_REG_PC)
         if intno == 8:  # ecall: unicorn already stepped over it
             self._enter_trap(CAUSE_ECALL_M, pc - 4)
         else:
             self._halt_reason = f"exception {intno} at 0x{pc:08x}"
-            uc.emu_stop()
+            _uc_emu_stop(self._uch)
 
-    def _on_mret(self, uc: Uc, address: int, size: int, _ud: object) -> None:
+    def _on_mret(self, _address: int, _data: object) -> None:
         """Chain the next pending interrupt at ``mret``, or perform the ``mret``."""
         regs = self._trap_regs()
         mstatus = regs[0]
         if not mstatus & MSTATUS_MPIE:
-            self._mret(mstatus)
+            self._mret(mstatus, regs[4])
             return
         cause = self._pending_cause(regs[1])
         if cause:
@@ -470,9 +532,9 @@ class Core:
                 self._rw(rv.UC_RISCV_REG_PC, _vector(regs[2], cause))
                 self.traps += 1
         else:
-            self._mret(mstatus)
+            self._mret(mstatus, regs[4])
 
-    def _mret(self, mstatus: int) -> None:
+    def _mret(self, mstatus: int, mepc: int) -> None:
         """Return from a machine-mode trap to machine mode in place of unicorn's ``mret``,
         leaving MPP = M where unicorn writes U. Every change of MPP makes unicorn flush
         its TLB (about 80 µs), and the next trap entry would change it back: that
@@ -483,9 +545,9 @@ class Core:
             return
         mie = MSTATUS_MIE if mstatus & MSTATUS_MPIE else 0
         self._rw(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | mie | MSTATUS_MPIE)
-        self._rw(rv.UC_RISCV_REG_PC, self._rr(rv.UC_RISCV_REG_MEPC))
+        self._rw(rv.UC_RISCV_REG_PC, mepc)
 
-    def _on_csrr_mip(self, uc: Uc, address: int, size: int, rd: int) -> None:
+    def _on_csrr_mip(self, address: int, rd: int) -> None:
         value = 0  # unicorn's own MEIP/MTIP/MSIP never rise; the rest stays 0 on one hart
         if self.plic.best():
             value |= MIE_MEIE
@@ -534,16 +596,16 @@ class Core:
     def run(self, t_end: float) -> None:
         """Execute until virtual time ``t_end`` (or until the board leaves the core)."""
         board = self.board
-        uc = self.uc
         self._halt_reason = ""
         while board.now < t_end and board.core is self:
             self._sync_rx()
             regs = self._trap_regs()
-            mie = regs[1]
+            mie, pc = regs[1], regs[3]
             if regs[0] & MSTATUS_MIE:
                 cause = self._pending_cause(mie)
                 if cause:
-                    self._enter_trap(cause, regs[3])
+                    self._enter_trap(cause, pc)
+                    pc = self._rr(rv.UC_RISCV_REG_PC)
             t_stop = self._next_event(t_end, mie)
             count = max(MIN_SLICE, int(min(t_stop - board.now, MAX_SLICE_S) * self.cpu_hz))
             self._stall = 0.0
@@ -552,16 +614,15 @@ class Core:
             self._idle_hit = False
             self._head_visits = 0
             marks = (self._mmio_count, self.traps)
-            pc = self._rr(rv.UC_RISCV_REG_PC)
             self._in_slice = True
             try:
-                uc.emu_start(pc, _UNTIL, count=count)
-            except UcError as exc:
-                pc = self._rr(rv.UC_RISCV_REG_PC)
-                board.halt(f"{exc} at 0x{pc:08x}")
-                return
+                status = self._emu(pc, count)
             finally:
                 self._in_slice = False
+            if status:
+                pc = self._rr(rv.UC_RISCV_REG_PC)
+                board.halt(f"{UcError(status)} at 0x{pc:08x}")
+                return
             self.slices += 1
             done = self._icount.executed(count)
             if done is None:  # estimate: a slice stopped early ran half its budget
@@ -599,21 +660,9 @@ class Core:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so
         it is only installed while a wait loop is being confirmed)."""
         if on and self._store_hook is None:
-            handle = ctypes.c_size_t()
-            status = uclib.uc_hook_add(
-                self._uch,
-                ctypes.byref(handle),
-                UC_HOOK_MEM_WRITE,
-                self._store_ptr,
-                None,
-                ctypes.c_uint64(1),
-                ctypes.c_uint64(0),
-            )
-            if status:
-                raise UcError(status)
-            self._store_hook = handle.value
+            self._store_hook = self._add_hook(self._store_ptr, 1, 0, UC_HOOK_MEM_WRITE)
         elif not on and self._store_hook is not None:
-            uclib.uc_hook_del(self._uch, self._store_hook)
+            _uc_hook_del(self._uch, self._store_hook)
             self._store_hook = None
 
     def _on_store_raw(
@@ -644,7 +693,6 @@ class Core:
         memory (delays, computations) are not idle and keep running instruction by
         instruction.
         """
-        uc = self.uc
         start = self._rr(rv.UC_RISCV_REG_PC)
         if self.board.now < self._learn_after or start in self._heads or start in self._suspended:
             return False  # tracing is costly: not again so soon, nor where a hook watches
@@ -663,15 +711,13 @@ class Core:
                     self._learn_after = 0.0
                     return True
                 seen[key] = self._stores
-                try:
-                    uc.emu_start(pc, _UNTIL, count=1)
-                except UcError:
+                if self._emu(pc, 1):
                     return False
             return False
         finally:
             self._watch_stores(False)
 
-    def _on_idle_head(self, uc: Uc, address: int, size: int, _ud: object) -> None:
+    def _on_idle_head(self, address: int, _data: object) -> None:
         """At a known wait-loop PC. Two visits with the same registers and no MMIO or trap
         between them make a candidate; stores are then watched for one more iteration:
         none -> idle, the slice ends; some -> the loop is busy (e.g. a delay counting in
@@ -697,7 +743,7 @@ class Core:
         self._armed = False
         if self._stores == 0:
             self._idle_hit = True
-            uc.emu_stop()
+            _uc_emu_stop(self._uch)
             return
         self._suspend_head(address)
 
@@ -707,7 +753,7 @@ class Core:
         self._armed = False
         handles = self._heads.pop(address, [])
         for handle in handles:
-            uclib.uc_hook_del(self._uch, handle)
+            _uc_hook_del(self._uch, handle)
         self._alias_waiting = [w for w in self._alias_waiting if w[2] is not handles]
         self._suspended[address] = self.board.now + HEAD_SUSPEND
 
@@ -719,7 +765,13 @@ class Core:
                 self._heads[pc] = self._hook(pc, self._on_idle_head, None)
 
     def _at_wfi(self) -> bool:
+        """Did the slice stop after a ``wfi``? (Asked after most slices: the word is read
+        from the SRAM buffer when it lies there, without a round trip through unicorn.)"""
         pc = self._rr(rv.UC_RISCV_REG_PC)
+        for base in (SRAM_BASE, SRAM_ALIAS):
+            if base + 4 <= pc <= base + SRAM_SIZE:
+                off = pc - 4 - base
+                return self.board.sram.data[off : off + 4] == _WFI_BYTES
         try:
             insn = self.uc.mem_read(pc - 4, 4)
         except UcError:

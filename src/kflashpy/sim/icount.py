@@ -76,11 +76,12 @@ class InstructionCounter:
         offset = counter_offset()
         self.exact = offset is not None
         base = ctypes.cast(uc._uch, ctypes.c_void_p).value or 0
-        self._cell = ctypes.c_uint64.from_address(base + offset) if offset is not None else None
+        # the counter itself (None if not found): the core reads it inline on hot paths
+        self.cell = ctypes.c_uint64.from_address(base + offset) if offset is not None else None
 
     def executed(self, budget: int) -> int | None:
         """Instructions executed in the current (or last) slice of ``budget``; None if
         unknown. The counter passes the budget by one when the budget stops the slice."""
-        if self._cell is None:
+        if self.cell is None:
             return None
-        return min(self._cell.value, budget)
+        return min(self.cell.value, budget)
