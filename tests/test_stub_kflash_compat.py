@@ -26,7 +26,6 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from simbench import KFLASH_DIO_FLAG, KFLASH_WRAPPER, boot_image, served_board  # noqa: E402
 
-
 BAUD = "1500000"
 
 
