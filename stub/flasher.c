@@ -293,35 +293,40 @@ static void spi_read32(u32 insn_addr, u8 *out, u32 n)
     spi_drain32(out, n / 4);
 }
 
-/* Quad output fast read (0x6B): instruction and address on one line, 8 dummy clocks,
- * data on four lines (the DW SSI "enhanced" mode: TX entries are instruction, then
- * address). Moves 4 bits per clock instead of 1. */
-static void spi_read_quad(u32 addr, u8 *out, u32 n)
+/* Quad transaction (DW SSI enhanced mode) of 32-bit frames: the instruction and the
+ * 24-bit address go on one line (TX entries 0 and 1), then `wait` dummy clocks, then
+ * the data on four lines: 4 bits per clock instead of 1. */
+static void spi_start_quad(u32 tmod, u32 wait, u32 rx_words, u8 inst, u32 addr)
 {
     SPI_SSIENR = 0;
-    SPI_CTRLR0 = (2u << 22) /* FRF quad */ | (2u << 10) /* RX only */ | 31u;
-    SPI_SPI_CTRLR0 = (8u << 11) /* wait */ | (2u << 8) /* 8-bit inst */ | (6u << 2) /* 24-bit addr */;
-    SPI_CTRLR1 = n / 4 - 1;
+    SPI_CTRLR0 = (2u << 22) /* FRF quad */ | (tmod << 10) | 31u;
+    SPI_SPI_CTRLR0 = (wait << 11) | (2u << 8) /* 8-bit inst */ | (6u << 2) /* 24-bit addr */;
+    SPI_CTRLR1 = rx_words ? rx_words - 1 : 0;
     SPI_SSIENR = 1;
-    SPI_DR = 0x6B;
+    SPI_DR = inst;
     SPI_DR = addr;
+}
+
+/* quad output fast read (0x6B): 8 dummy clocks */
+static void spi_read_quad(u32 addr, u8 *out, u32 n)
+{
+    spi_start_quad(2 /* RX only */, 8, n / 4, 0x6B, addr);
     SPI_SER = 1;
     spi_drain32(out, n / 4);
 }
 
-static void spi_write32(u32 insn_addr, const u8 *data, u32 n)
+/* Send `words` 32-bit data frames behind the `queued` entries already in the TX FIFO,
+ * then wait for the end of the transfer. The FIFO is topped up at most 8 entries (5 us
+ * of SCLK) between two link polls: at 3 Mbaud the 16-byte UART FIFO fills in 53 us. */
+static void spi_push32(const u8 *data, u32 words, u32 queued)
 {
-    u32 words = n / 4, i = 0;
-    spi_start(1, 32, 0);
-    SPI_DR = insn_addr;
-    while (i < words && i < 31) {
+    u32 i = 0;
+    while (i < words && i < 32 - queued) {
         SPI_DR = be32(data + 4 * i);
         i++;
     }
     SPI_SER = 1;
     while (i < words) {
-        /* top up at most 8 entries (5 us of SCLK) between two link polls: at 3 Mbaud
-         * the 16-byte UART FIFO fills in 53 us */
         u32 room = 32 - SPI_TXFLR;
         room = room < 8 ? room : 8;
         while (room-- && i < words) {
@@ -335,35 +340,18 @@ static void spi_write32(u32 insn_addr, const u8 *data, u32 n)
     spi_stop();
 }
 
-/* Quad page program (0x32): instruction and address on one line, the data on four
- * (enhanced mode: TX entries are instruction, address, then 32-bit data frames). */
+static void spi_write32(u32 insn_addr, const u8 *data, u32 n)
+{
+    spi_start(1, 32, 0);
+    SPI_DR = insn_addr;
+    spi_push32(data, n / 4, 1);
+}
+
+/* quad page program (0x32) */
 static void spi_write_quad(u32 addr, const u8 *data, u32 n)
 {
-    u32 words = n / 4, i = 0;
-    SPI_SSIENR = 0;
-    SPI_CTRLR0 = (2u << 22) /* FRF quad */ | (1u << 10) /* TX only */ | 31u;
-    SPI_SPI_CTRLR0 = (2u << 8) /* 8-bit inst */ | (6u << 2) /* 24-bit addr */;
-    SPI_CTRLR1 = 0;
-    SPI_SSIENR = 1;
-    SPI_DR = 0x32;
-    SPI_DR = addr;
-    while (i < words && i < 30) {
-        SPI_DR = be32(data + 4 * i);
-        i++;
-    }
-    SPI_SER = 1;
-    while (i < words) {
-        u32 room = 32 - SPI_TXFLR;
-        room = room < 8 ? room : 8;
-        while (room-- && i < words) {
-            SPI_DR = be32(data + 4 * i);
-            i++;
-        }
-        uart_poll();
-    }
-    while ((SPI_SR & 5) != 4)
-        ;
-    spi_stop();
+    spi_start_quad(1 /* TX only */, 0, 0, 0x32, addr);
+    spi_push32(data, n / 4, 2);
 }
 
 static void cmd_addr(u8 *c, u8 op, u32 addr)
