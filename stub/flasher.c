@@ -415,8 +415,7 @@ static void flash_program_std(u32 addr, const u8 *p)
  * standard read returns: the chip's QE bit, the dummy clocks and the byte order of
  * 32-bit frames are then all right. The check needs a page with some variety (a
  * blank page reads the same whichever way it is read), so it runs on the first such
- * page read; until then, and on chips whose QE bit is not known, reads use 0x03.
- * Writes always use the standard page program. */
+ * page read; until then, and on chips whose QE bit is not known, reads use 0x03. */
 static int quad; /* 0 not yet checked, 1 in use, -1 not used */
 
 static int varied(const u8 *p, u32 n)
