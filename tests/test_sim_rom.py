@@ -192,6 +192,30 @@ def test_valid_image_boots_and_wrong_sequence_keeps_firmware(tmp_path) -> None: 
     assert request(port, legacy_short_request(0xC2)) is None
 
 
+def test_reset_cuts_a_long_boot_short(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The ROM copies a 1 MiB image for about 0.26 s; a reset into ISP meanwhile is
+    answered at once, as on hardware, not after the boot."""
+    port = flash_board(tmp_path, boot_image(bytes(range(256)) * 4096))
+    board = port.sim_board
+    port.dtr, port.rts = False, False
+    port.timeout = 0.01
+    port.read(1)
+    assert board.stage == "booting"
+    port.rts = True  # RESET
+    port.dtr = True  # BOOT low
+    port.read(1)
+    port.rts = False
+    port.read(1)
+    assert board.stage == "isp" and board.now < 0.1
+    assert request(port, legacy_short_request(0xC2)) == b"\xc2\xe0"
+    port.dtr = False  # the same image boots in full when nothing interrupts it
+    port.rts = True
+    port.read(1)
+    port.rts = False
+    port.timeout = 0.3
+    assert b"firmware booted" in port.read(4096) and board.stage == "firmware"
+
+
 def test_corrupt_image_falls_back_to_isp(tmp_path) -> None:  # type: ignore[no-untyped-def]
     image = bytearray(boot_image(b"\x13" * 1000))
     image[100] ^= 0xFF

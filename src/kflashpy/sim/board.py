@@ -53,6 +53,7 @@ class VirtualBoard:
         self._reset_held = False
         self._boot_override: bool | None = None
         self._rom_at = ROM_SAMPLE_DELAY
+        self._boot_done_at = 0.0
         self.stage = "rom"
         self.core: Any = None  # kflashpy.sim.core.Core while stage == "core"
         self.personality: Personality | None = None
@@ -159,9 +160,14 @@ class VirtualBoard:
         if boot_low:
             self.stage = "isp"
             return
-        result = self.rom.boot_from_flash()
-        self.boot_result = result
-        self.now += result.duration
+        self.boot_result = self.rom.boot_from_flash()
+        # the ROM copies and hashes the image for a while; a reset meanwhile cuts it short
+        self.stage = "booting"
+        self._boot_done_at = self.now + self.boot_result.duration
+
+    def _boot_done(self) -> None:
+        result = self.boot_result
+        assert result is not None
         if result.ok:
             self.stage = "firmware"
             self.personality = make_personality(self.config.personality, self)
@@ -234,6 +240,10 @@ class VirtualBoard:
                 self._drop_input(self._rom_at)
                 self.now = max(self.now, self._rom_at)
                 self._rom_start()
+            elif stage == "booting" and self._boot_done_at <= t_end:
+                self._drop_input(self._boot_done_at)
+                self.now = max(self.now, self._boot_done_at)
+                self._boot_done()
             elif stage == "firmware":
                 self._run_firmware(t_end)
             else:
