@@ -190,6 +190,31 @@ def test_cli_serve_keeps_the_flash_file(tmp_path: Path) -> None:
     assert image.stat().st_size == 1 << 20
 
 
+def test_kflashpy_burns_through_sim_serve(tmp_path: Path) -> None:
+    """The issue's user story: `kflashpy sim serve` in one terminal, `kflashpy burn` on
+    its pty in another, our own flasher at 1.5 Mbaud. The emulated flasher runs slower
+    than real time; the client measures that on its first upload frame and waits
+    accordingly (a pty has no DTR/RTS: the server resets the board when it is opened)."""
+    import subprocess
+
+    image = tmp_path / "board.img"
+    data = os.urandom(100_000)
+    (tmp_path / "data.bin").write_bytes(data)
+    proc, path = start_serve_cli(image, "4M")
+    try:
+        burn = subprocess.run(
+            [sys.executable, "-m", "kflashpy", "--no-progress", "-p", path, "-B", "maix-bit",
+             "-b", "1500000", "burn", "--addr", "0x100000", str(tmp_path / "data.bin")],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert burn.returncode == 0, burn.stdout + burn.stderr
+    assert "on-board SHA-256" in burn.stdout + burn.stderr
+    assert image.read_bytes()[0x100000 : 0x100000 + len(data)] == data
+
+
 def test_cli_info_json(capsys) -> None:
     from kflashpy.cli import main
 

@@ -85,6 +85,7 @@ FLASH_S_PER_FRAME = 0.6  # erase + program of 64 KiB at typical timings, with ma
 ACK_TIMEOUT = 1.5  # plus wire and flash time; a late ack only costs a (harmless) resend
 HASH_S_PER_MB = 1.0  # on-board read + SHA-256, with margin
 START_WAIT = 0.002  # a program needs this long after EXEC/baud change to listen
+MAX_SLOWNESS = 100.0  # longest stretch of the timeouts (see KfpyStage2.slowness)
 
 CAPABILITIES = frozenset(
     {
@@ -246,10 +247,14 @@ class KfpyStage2(Stage2):
         self._hash_cache: dict[tuple[int, int], list[bytes]] = {}
         self._written: set[tuple[int, int]] = set()
         self._frame_limit = FRAME
+        #: how much slower than its wire time the board answered the first flasher upload
+        #: frame (1 on a real board; more on a network serial link or an emulated board on
+        #: a pty that runs slower than real time): every timeout is stretched by it
+        self.slowness = 1.0
 
     # --- plumbing ---------------------------------------------------------------------
     def _barrier(self) -> None:
-        self.link.barrier(FlashOp.NOP, 1.0)
+        self.link.barrier(FlashOp.NOP, 1.0 * self.slowness)
 
     def _call(
         self,
@@ -266,7 +271,7 @@ class KfpyStage2(Stage2):
         for _ in range(tries):
             self.link.send(op, address, data)
             try:
-                resp = self.link.recv(op, timeout, extra_len=None)
+                resp = self.link.recv(op, timeout * self.slowness, extra_len=None)
                 payload = _payload(resp)
             except NoResponseError:
                 failures.append("no reply")
@@ -298,7 +303,7 @@ class KfpyStage2(Stage2):
         for _ in range(attempts):
             self.link.send(FlashOp.NOP)
             try:
-                if self.link.recv(FlashOp.NOP, 0.3).ok:
+                if self.link.recv(FlashOp.NOP, 0.3 * self.slowness).ok:
                     self.link.discard_input()
                     return
             except NoResponseError:
@@ -326,12 +331,15 @@ class KfpyStage2(Stage2):
         pos, chunk = 0, BOOT_CHUNK
         while pos < len(prog.image):
             piece = prog.image[pos : pos + chunk]
+            wire = len(piece) * 10 / self.link.port.baudrate
+            start = self.link.now()
             try:  # big frames first; on a line that damages them, halve them
                 self._call(
                     KfpyOp.SRAM_WRITE,
                     prog.load_address + pos,
                     piece,
-                    timeout=1.0 + len(piece) * 10 / self.link.port.baudrate,
+                    # the first frame measures the board: until then, wait long
+                    timeout=1.0 + wire * (1 if pos else 10),
                     what=f"flasher upload at 0x{prog.load_address + pos:08X}",
                     tries=2 if chunk > MIN_FRAME else RETRIES + 1,
                 )
@@ -340,6 +348,9 @@ class KfpyStage2(Stage2):
                     raise
                 chunk //= 2
                 continue
+            if pos == 0:  # ~wire time plus a USB round trip on a real board
+                took = (self.link.now() - start) / (wire + 0.02)
+                self.slowness = min(MAX_SLOWNESS, max(1.0, took))
             pos += len(piece)
         self._call(KfpyOp.EXEC, prog.entry, timeout=1.0, what="flasher start")
         self.link.wait(START_WAIT)
@@ -454,7 +465,9 @@ class KfpyStage2(Stage2):
         got = bytearray()
         self.link.send(KfpyOp.READ, base, struct.pack("<III", left, chunk, READ_WINDOW))
         stream = _ReplyStream(self.link)
-        timeout = DEFAULT_TIMEOUT / 3 + READ_WINDOW * chunk * 10 / self.link.port.baudrate
+        timeout = (DEFAULT_TIMEOUT / 3 + READ_WINDOW * chunk * 10 / self.link.port.baudrate) * (
+            self.slowness
+        )
         acked, failures, last_nak = 0, 0, -1
         while True:
             if not got:
@@ -569,7 +582,7 @@ class KfpyStage2(Stage2):
                 inflight.append(todo.popleft())
                 self.link.send_packet(inflight[-1].packet)
             wire = sum(len(f.packet) for f in inflight) * 10 / baud
-            timeout = ACK_TIMEOUT + wire + FLASH_S_PER_FRAME * len(inflight)
+            timeout = (ACK_TIMEOUT + wire + FLASH_S_PER_FRAME * len(inflight)) * self.slowness
             try:
                 resp = self.link.recv(KfpyOp.WRITE, timeout, extra_len=None)
                 p = _payload(resp)

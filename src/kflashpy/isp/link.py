@@ -234,11 +234,15 @@ class Link:
         )
 
     def barrier(self, nop_op: int, timeout: float, attempts: int = 4) -> None:
-        """Make sure no reply to an earlier frame is still on its way (see module doc)."""
-        for _ in range(attempts):
+        """Make sure no reply to an earlier frame is still on its way (see module doc).
+
+        Each unanswered NOP doubles the wait for the next: a board still busy with a
+        long command (or one that runs slower than real time, like an emulated board on
+        a pty) is given time to finish before contact is declared lost."""
+        for n in range(attempts):
             self.send(nop_op)
             try:
-                resp = self.recv(nop_op, timeout)
+                resp = self.recv(nop_op, timeout * 2**n)
             except NoResponseError:
                 continue
             if resp.ok:
