@@ -295,7 +295,13 @@ class KfpyStage2(Stage2):
 
     def _legacy(self, op: int, address: int = 0, data: bytes = b"", data_len=None, what=""):
         return self.link.request(
-            op, address, data, data_len, timeout=DEFAULT_TIMEOUT, nop_op=FlashOp.NOP, what=what
+            op,
+            address,
+            data,
+            data_len,
+            timeout=DEFAULT_TIMEOUT * self.slowness,
+            nop_op=FlashOp.NOP,
+            what=what,
         )
 
     # --- start-up ---------------------------------------------------------------------
