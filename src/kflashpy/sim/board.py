@@ -54,6 +54,7 @@ class VirtualBoard:
         self._boot_override: bool | None = None
         self._rom_at = ROM_SAMPLE_DELAY
         self._boot_done_at = 0.0
+        self._booting: BootResult | None = None
         self.stage = "rom"
         self.core: Any = None  # kflashpy.sim.core.Core while stage == "core"
         self.personality: Personality | None = None
@@ -160,13 +161,14 @@ class VirtualBoard:
         if boot_low:
             self.stage = "isp"
             return
-        self.boot_result = self.rom.boot_from_flash()
+        self._booting = self.rom.boot_from_flash()
         # the ROM copies and hashes the image for a while; a reset meanwhile cuts it short
         self.stage = "booting"
-        self._boot_done_at = self.now + self.boot_result.duration
+        self._boot_done_at = self.now + self._booting.duration
 
     def _boot_done(self) -> None:
-        result = self.boot_result
+        """The boot that was not cut short is over: its result counts (``status()``)."""
+        result = self.boot_result = self._booting
         assert result is not None
         if result.ok:
             self.stage = "firmware"
