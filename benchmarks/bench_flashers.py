@@ -38,8 +38,8 @@ from kflashpy.isp.connect import connect  # noqa: E402
 from kflashpy.sim.flash import TIMING_PROFILES  # noqa: E402
 
 YOLO = (
-    Path(__file__).resolve().parents[2]
-    / "shared/fixtures/kmodels/v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel"
+    Path(__file__).resolve().parents[1]
+    / "tests/fixtures/kmodels/v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel"
 )
 BAUDS = (115200, 1500000, 3000000)
 

@@ -22,7 +22,7 @@ from kflashpy.isp.ports import open_port
 from kflashpy.maixpy.compare import LoadSpec, compare
 from kflashpy.maixpy.repl import MaixPyRepl
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "kmodels"
 CASES = [
     ("v3/mnist_maixpy-scripts.kmodel", "random:1"),
     ("v4/iris_nncase-v0.2.0-beta4.kmodel", "5.1,3.8,1.9,0.4"),

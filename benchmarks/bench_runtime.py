@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FIX = HERE.parents[1] / "shared" / "fixtures" / "kmodels"
+FIX = HERE.parent / "tests" / "fixtures" / "kmodels"
 NNCASE = "nncase==1.9.0.20230322"
 #: only used inside the venv, to author the YOLO-sized V5 benchmark model
 ONNX = "onnx==1.14.1"

@@ -17,7 +17,7 @@ from pathlib import Path
 from kflashpy.isp.burn import WriteRegion, burn_on
 from kflashpy.isp.connect import open_device, start_stage2
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "kmodels"
 YOLO = FIXTURES / "v3" / "yolo_20classes_nncase-v0.1.0-rc5.kmodel"
 
 

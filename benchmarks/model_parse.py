@@ -13,7 +13,7 @@ from kflashpy.model.info import model_info
 from kflashpy.model.prep import prep_flash
 from kflashpy.model.seal import seal_bytes, unseal_bytes
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "kmodels"
 KEY = bytes(32)
 
 

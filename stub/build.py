@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the kflashpy flasher and its bootstrap with the pinned ziglang toolchain.
 
-    python stub/build.py            # rebuild src/kflashpy/stub/*.bin and flasher.json
+    python stub/build.py            # rebuild kflashpy/stub/*.bin and flasher.json
     python stub/build.py --check    # rebuild in a temp dir; exit 1 if it differs
 
 The build is bit-reproducible: fixed flags, no debug info, source paths mapped to
@@ -22,7 +22,7 @@ from pathlib import Path
 
 ZIG_VERSION = "0.17.1"
 HERE = Path(__file__).resolve().parent
-OUT = HERE.parent / "src" / "kflashpy" / "stub"
+OUT = HERE.parent / "kflashpy" / "stub"
 
 PROTOCOL_VERSION = 1
 CAPABILITIES = [

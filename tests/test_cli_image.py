@@ -7,7 +7,7 @@ import pytest
 from kflashpy.cli import main
 from kflashpy.image.bootimage import unwrap_boot_image, wrap_boot_image
 
-KMODELS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+KMODELS = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 V4 = KMODELS / "v4" / "iris_nncase-v0.2.0-beta4.kmodel"
 KEY_HEX = "00112233445566778899aabbccddeeff"
 

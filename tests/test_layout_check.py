@@ -9,7 +9,7 @@ from kflashpy.image.bootimage import wrap_boot_image
 from kflashpy.image.plan import FlashItem, find_overlaps, plan_flash
 from kflashpy.model.detect import swap_words
 
-KMODELS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+KMODELS = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 FW = b"\x21\xa8\xef\xbe\xad\xde"
 
 

@@ -15,7 +15,7 @@ from kflashpy.maixpy.compare import LoadSpec, compare, diff_output, prepare_inpu
 from kflashpy.maixpy.errors import KpuError
 from kflashpy.model import swap_words
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 MNIST = FIXTURES / "v3" / "mnist_maixpy-scripts.kmodel"
 IRIS3 = FIXTURES / "v3" / "iris_nncase-v0.1.0-rc5.kmodel"
 IRIS4 = FIXTURES / "v4" / "iris_nncase-v0.2.0-beta4.kmodel"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kflashpy.errors import InputError
 from kflashpy.model import KmodelSignature, detect, detect_path, swap_words
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 EXPECTED = {
     "v3/iris_nncase-v0.1.0-rc5.kmodel": 3,
     "v3/mnist_maixpy-scripts.kmodel": 3,

@@ -14,7 +14,7 @@ from kflashpy.model import detect, swap_words
 from kflashpy.model.info import model_info, ram_estimates
 from kflashpy.model.prep import prep_flash, recommended_batch
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 ALL = sorted(FIXTURES.glob("*/*.kmodel"))
 V3_YOLO = FIXTURES / "v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel"
 V3_IRIS = FIXTURES / "v3/iris_nncase-v0.1.0-rc5.kmodel"

@@ -18,7 +18,7 @@ from kflashpy.model.v3 import KModelV3
 from kflashpy.model.v4 import KModelV4
 from kflashpy.model.v5 import KModelV5
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 V3_IRIS = FIXTURES / "v3/iris_nncase-v0.1.0-rc5.kmodel"
 V3_MNIST = FIXTURES / "v3/mnist_maixpy-scripts.kmodel"
 V3_YOLO = FIXTURES / "v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel"

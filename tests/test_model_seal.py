@@ -29,7 +29,7 @@ from kflashpy.model.seal import (
     unseal_bytes,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 V3_IRIS = FIXTURES / "v3/iris_nncase-v0.1.0-rc5.kmodel"
 KEY = bytes(range(32))
 OTHER = bytes(range(1, 33))

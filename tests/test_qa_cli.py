@@ -21,7 +21,7 @@ from kflashpy.cli import main
 from kflashpy.errors import KflashError
 from kflashpy.image.kfpkg import read_kfpkg
 
-KMODELS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+KMODELS = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 MNIST = KMODELS / "v3" / "mnist_maixpy-scripts.kmodel"
 ENVELOPE = {"kflashpy_version", "schema", "status", "error", "warnings", "result"}
 SEAL_KEY = "ab" * 32

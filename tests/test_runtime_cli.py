@@ -11,7 +11,7 @@ from PIL import Image
 
 from kflashpy.cli import main
 
-FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIX = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="kmodel fixtures not found")
 
 

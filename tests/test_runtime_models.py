@@ -11,7 +11,7 @@ import pytest
 from kflashpy.errors import FormatError, InputError, NotImplementedOpError, UsageError
 from kflashpy.runtime import inputs, kpu, load, yolo
 
-FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIX = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 V5 = FIX / "generated_v5"
 IRIS_INPUT = np.array([[5.1, 3.8, 1.9, 0.4]], dtype=np.float32)
 #: board result of the nncase iris example (examples/iris/Readme.md)

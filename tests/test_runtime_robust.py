@@ -22,7 +22,7 @@ from kflashpy.cli import main
 from kflashpy.errors import FormatError, InputError, KflashError
 from kflashpy.runtime import inputs
 
-FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+FIX = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="kmodel fixtures not found")
 
 V5_IRIS, V5_TINY1 = "generated_v5/iris_k210.kmodel", "generated_v5/tiny1_k210.kmodel"

@@ -29,9 +29,7 @@ from simbench import (  # noqa: E402
     write_kfpkg,
 )
 
-KMODEL = (
-    Path(__file__).resolve().parents[2] / "shared/fixtures/kmodels/v3/iris_nncase-v0.1.0-rc5.kmodel"
-)
+KMODEL = Path(__file__).resolve().parent / "fixtures/kmodels/v3/iris_nncase-v0.1.0-rc5.kmodel"
 MODEL_ADDRESS = 0x300000
 #: kflash changes the stub's UART to this rate after the upload (D6)
 BAUD = 1500000

@@ -24,7 +24,7 @@ import build  # noqa: E402
 
 
 def test_shipped_binaries_match_their_metadata():
-    meta = json.loads((REPO / "src/kflashpy/stub/flasher.json").read_text())
+    meta = json.loads((REPO / "kflashpy/stub/flasher.json").read_text())
     fb = load()
     assert fb.protocol_version == meta["protocol_version"] == build.PROTOCOL_VERSION
     for prog in (fb.boot, fb.flasher):
@@ -74,7 +74,7 @@ def test_damaged_package_file_is_a_format_error(tmp_path, monkeypatch):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     for name in ("flasher.json", "kflashpy_boot.bin", "kflashpy_flasher.bin"):
-        (pkg / name).write_bytes((REPO / "src/kflashpy/stub" / name).read_bytes())
+        (pkg / name).write_bytes((REPO / "kflashpy/stub" / name).read_bytes())
     flasher = pkg / "kflashpy_flasher.bin"
     flasher.write_bytes(flasher.read_bytes()[:-1] + b"\x00")
     monkeypatch.setattr(stub.resources, "files", lambda _name: pkg)

@@ -26,7 +26,7 @@ from kflashpy.stub import load
 pytest.importorskip("kflashpy.sim.core")
 
 SIM = "sim://?board=maix-bit"
-KMODELS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kmodels"
+KMODELS = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 
 
 def _mixed(n: int, seed: int) -> bytes:

@@ -1,4 +1,4 @@
-"""Client of kflashpy's own flasher (``src/kflashpy/stub``, protocol in
+"""Client of kflashpy's own flasher (``kflashpy/stub``, protocol in
 ``docs/flasher-protocol.md``).
 
 Connection: the mask ROM uploads the small bootstrap at 115200; :meth:`KfpyStage2.set_baud`
