@@ -17,7 +17,7 @@ from kflashpy.image.bootimage import (
     wrap_boot_image,
     wrapped_size,
 )
-from kflashpy.image.keys import load_key, parse_key_text
+from kflashpy.keys import load_key, parse_key_text
 
 KEY = bytes.fromhex("000102030405060708090a0b0c0d0e0f")
 

@@ -9,12 +9,12 @@ import pytest
 import serial
 
 from kflashpy.errors import FormatError, InputError, NoResponseError, PortError
-from kflashpy.image import layouts
 from kflashpy.isp import ports, reset, slip, stubs
 from kflashpy.isp.frames import FlashOp, build_response
 from kflashpy.isp.link import Link
 from kflashpy.isp.ramimage import load_ram_image, parse_elf
 from kflashpy.isp.stage2 import CAP_ERASE, CAP_WRITE, KflashStage2, scaled_timeout
+from kflashpy.target import boards
 
 # --- link ----------------------------------------------------------------------------
 
@@ -89,22 +89,22 @@ def test_parse_sequence_and_errors():
 
 
 def test_board_wirings_come_from_the_layout_data():
-    dan = reset.plans_for(layouts.get_board("maix-bit"))
+    dan = reset.plans_for(boards.get_board("maix-bit"))
     assert [p.name for p in dan] == ["dan"]
     # dan: RTS pulses RESET, then DTR (BOOT) is asserted after RTS is released
     assert reset.format_sequence(dan[0].enter_isp) == "D0 R0 W0.1 D0 R1 W0.1 R0 D1 W0.1"
-    auto = reset.plans_for(layouts.get_board("auto"))
+    auto = reset.plans_for(boards.get_board("auto"))
     assert [p.name for p in auto][:3] == ["dan", "kd233", "go-cmsis-dap"]
-    custom = reset.plans_for(layouts.get_board("maix-bit"), "R1 W0.2 R0")
+    custom = reset.plans_for(boards.get_board("maix-bit"), "R1 W0.2 R0")
     assert custom[0].name == "custom" and custom[0].run == dan[0].run
-    assert reset.plans_for(layouts.get_board("maix-bit"), "none")[0].run == ()
+    assert reset.plans_for(boards.get_board("maix-bit"), "none")[0].run == ()
 
 
 def test_quick_reset_round_comes_first_and_keeps_custom_timing():
     from kflashpy.isp.connect import _attempts
     from kflashpy.isp.rom import GREETING_TIMEOUT, QUICK_GREETING_TIMEOUT
 
-    (plan,) = reset.plans_for(layouts.get_board("maix-bit"))
+    (plan,) = reset.plans_for(boards.get_board("maix-bit"))
     tries = list(_attempts([plan]))
     first_steps, first_timeout = tries[0][1], tries[0][2]
     assert [s.line for s in first_steps] == [s.line for s in plan.enter_isp]
@@ -112,7 +112,7 @@ def test_quick_reset_round_comes_first_and_keeps_custom_timing():
     assert first_timeout == QUICK_GREETING_TIMEOUT
     assert all(t[1] == plan.enter_isp and t[2] == GREETING_TIMEOUT for t in tries[1:])
     assert len(tries) > 2
-    custom = reset.plans_for(layouts.get_board("maix-bit"), "R1 W0.2 R0")
+    custom = reset.plans_for(boards.get_board("maix-bit"), "R1 W0.2 R0")
     assert custom[0].quick_isp is None
     assert all(t[1] == custom[0].enter_isp for t in _attempts(custom))
 
@@ -169,15 +169,15 @@ def test_choose_port_by_board_usb_ids_and_dual_ftdi(monkeypatch):
         _info("/dev/ttyS0", None, None),
     ]
     monkeypatch.setattr(ports.list_ports, "comports", lambda: fake)
-    go, why = ports.choose_port(layouts.get_board("maix-go"))  # UART on interface 1
+    go, why = ports.choose_port(boards.get_board("maix-go"))  # UART on interface 1
     assert go.device == "/dev/ttyUSB1" and "Maix Go" in why
-    bit, _ = ports.choose_port(layouts.get_board("maix-bit"))  # CH552: interface 0
+    bit, _ = ports.choose_port(boards.get_board("maix-bit"))  # CH552: interface 0
     assert bit.device == "/dev/ttyUSB0"
     with pytest.raises(PortError, match="several possible ports"):
-        ports.choose_port(layouts.get_board("generic"))
+        ports.choose_port(boards.get_board("generic"))
     # without interface numbers, the second port of a dual bridge is the UART
     fake[:] = [_info("/dev/ttyUSB0", 0x0403, 0x6010), _info("/dev/ttyUSB1", 0x0403, 0x6010)]
-    assert ports.choose_port(layouts.get_board("maix-go"))[0].device == "/dev/ttyUSB1"
+    assert ports.choose_port(boards.get_board("maix-go"))[0].device == "/dev/ttyUSB1"
 
 
 def test_no_port_found_says_what_to_do(monkeypatch):

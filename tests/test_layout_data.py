@@ -1,7 +1,7 @@
 import pytest
 
 from kflashpy.errors import FormatError, InputError
-from kflashpy.image.layouts import (
+from kflashpy.target.boards import (
     get_board,
     get_firmware,
     load_boards,

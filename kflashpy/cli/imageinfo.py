@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ..fileio import write_atomic
 from ..image.api import image_info
 from ..image.bootimage import OVERHEAD, parse_boot_image, unwrap_boot_image, wrap_boot_image
 from ..image.content import SECTOR, ContentInfo, align_up
-from ..image.fileio import write_atomic
-from ..image.keys import DEFAULT_KEY_ENV, load_key
+from ..keys import DEFAULT_KEY_ENV, load_key
 from ..units import fmt_size
 from .session import Session
 

@@ -9,8 +9,8 @@ import click
 from ..errors import InputError
 from ..image.api import is_package
 from ..image.kfpkg import read_kfpkg
-from ..image.layouts import load_boards, load_firmwares
 from ..image.plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
+from ..target.boards import load_boards, load_firmwares
 from ..units import fmt_addr, fmt_size, parse_int
 from .session import Session
 from .types import ADDRESS

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import InputError, UsageError
-from ..image.fileio import write_atomic
+from ..fileio import write_atomic
 from ..units import fmt_size
 from .session import Session
 from .types import ADDRESS
@@ -130,8 +130,8 @@ def prep_flash_cmd(
     is already swapped (unless --force; --unswap gives the plain file back).
     Burn the output raw (no sha256 prefix) and load it with the printed call.
     """
-    from ..image.layouts import DEFAULT_FLASH_SIZE, get_firmware
     from ..model.prep import MAX_SPI_SPEED, prep_flash
+    from ..target.boards import DEFAULT_FLASH_SIZE, get_firmware
 
     if not 0 < spi_speed <= MAX_SPI_SPEED:
         raise UsageError(

@@ -10,7 +10,7 @@ import click
 import numpy as np
 
 from ..errors import InputError, UsageError
-from ..image.fileio import write_atomic
+from ..fileio import write_atomic
 from .session import Session
 
 #: an output with at most this many elements (after squeezing) is shown as a classifier

@@ -281,7 +281,7 @@ def register(group: click.Group) -> None:
     @click.pass_obj
     def flash_dump(session: Session, flash_file, address, length, output, trim) -> None:
         """Copy a region of a virtual flash file (from --flash-file / flash=) to OUTPUT."""
-        from ..image.fileio import write_atomic
+        from ..fileio import write_atomic
 
         size = Path(flash_file).stat().st_size
         length = size - address if length is None else length

@@ -1,10 +1,9 @@
-"""Bytes destined for flash: boot images, kfpkg packages, content kinds, layouts.
+"""Bytes destined for flash: boot images, kfpkg packages, content kinds, the plan checker.
 
 * :mod:`.bootimage` — wrap/unwrap the ROM boot image (flag, length, payload, SHA-256;
   optional AES-128-CBC for OTP-keyed chips).
 * :mod:`.kfpkg` — read packages from every producer, write the portable dialect.
 * :mod:`.content` — what a binary is, from its bytes.
-* :mod:`.layouts` — boards and firmware layouts (TOML data in ``firmware_layouts``).
 * :mod:`.plan` — the layout checker used by ``check-layout``, ``pack`` and ``burn``.
 
 Pure: never imports the serial, simulator, MaixPy or CLI layers.
@@ -12,12 +11,12 @@ Pure: never imports the serial, simulator, MaixPy or CLI layers.
 
 from __future__ import annotations
 
+from ..keys import load_key
+from ..target.boards import Board, Firmware, get_board, get_firmware, load_boards, load_firmwares
 from .api import check_layout, image_info, load_items, pack, unpack
 from .bootimage import BootImage, parse_boot_image, unwrap_boot_image, wrap_boot_image
 from .content import ContentInfo, detect_content
-from .keys import load_key
 from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, write_kfpkg
-from .layouts import Board, Firmware, get_board, get_firmware, load_boards, load_firmwares
 from .plan import Finding, FlashItem, FlashPlan, PlannedRegion, plan_flash
 
 __all__ = [

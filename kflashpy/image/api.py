@@ -8,9 +8,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..errors import InputError
+from ..target.boards import Board, Firmware
 from .content import ContentInfo, detect_content
 from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, unpack_kfpkg, write_kfpkg
-from .layouts import Board, Firmware
 from .plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 
 __all__ = ["check_layout", "image_info", "is_package", "load_items", "pack", "unpack"]

@@ -30,8 +30,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import FormatError, InputError
+from ..fileio import write_atomic
 from ..units import fmt_addr, parse_int
-from .fileio import write_atomic
 
 __all__ = [
     "MANIFEST",

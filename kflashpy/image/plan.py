@@ -43,10 +43,10 @@ from typing import Any
 from ..errors import InputError, KflashError, LayoutError
 from ..model.detect import swap_words
 from ..model.dispatch import parse as parse_kmodel
+from ..target.boards import Board, Firmware, get_board, get_firmware
 from ..units import fmt_addr, fmt_size
 from .bootimage import wrap_boot_image, wrapped_size
 from .content import SECTOR, ContentInfo, align_down, align_up, detect_content, footprint
-from .layouts import Board, Firmware, get_board, get_firmware
 
 __all__ = [
     "DEFAULT_MIN_HEADROOM",

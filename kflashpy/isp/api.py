@@ -23,9 +23,9 @@ from pathlib import Path
 
 from ..errors import InputError, LayoutError
 from ..image.kfpkg import read_kfpkg
-from ..image.layouts import Board, Firmware
 from ..image.plan import FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 from ..progress import ProgressFn
+from ..target.boards import Board, Firmware
 from .burn import BurnResult, WriteRegion, burn_on, erase_on
 from .connect import connect, open_device
 from .connect import load_ram as load_ram_on

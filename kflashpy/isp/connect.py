@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import serial
 
 from ..errors import NoResponseError
-from ..image import layouts
 from ..progress import Progress, ProgressFn, report
+from ..target import boards
 from . import reset
 from .link import Link, TraceFn
 from .ports import choose_port, open_port
@@ -44,7 +44,7 @@ class Device:
 
     port: serial.SerialBase
     link: Link
-    board: layouts.Board
+    board: boards.Board
     port_name: str
     #: why this port was used ("given" or the auto-detection reason)
     port_reason: str
@@ -84,17 +84,17 @@ class Device:
             self.port.close()
 
 
-def resolve_board(board: str | layouts.Board | None) -> layouts.Board:
+def resolve_board(board: str | boards.Board | None) -> boards.Board:
     """A board profile by name/alias (None or "auto": detect the wiring)."""
-    if isinstance(board, layouts.Board):
+    if isinstance(board, boards.Board):
         return board
-    return layouts.get_board(board)
+    return boards.get_board(board)
 
 
 def open_device(
     port: str | None = None,
     *,
-    board: str | layouts.Board | None = None,
+    board: str | boards.Board | None = None,
     reset_sequence: str | None = None,
     trace: TraceFn | None = None,
 ) -> Device:
@@ -222,7 +222,7 @@ def load_ram(
 def connect(
     port: str | None = None,
     *,
-    board: str | layouts.Board | None = None,
+    board: str | boards.Board | None = None,
     baud: int | None = None,
     stub: str | StubProgram | None = None,
     reset_sequence: str | None = None,

@@ -18,7 +18,7 @@ import serial
 from serial.tools import list_ports
 
 from ..errors import PortError
-from ..image import layouts
+from ..target import boards
 
 #: pyserial looks up ``<package>.protocol_<scheme>`` for URL schemes; the virtual board's
 #: handler lives in this package (named as a string: isp never imports the simulator)
@@ -77,7 +77,7 @@ def candidates() -> list[Candidate]:
     return sorted(found, key=lambda c: c.device)
 
 
-def _matches(c: Candidate, usb: layouts.UsbId) -> bool:
+def _matches(c: Candidate, usb: boards.UsbId) -> bool:
     return (
         c.vid == usb.vid
         and (usb.pid is None or c.pid == usb.pid)
@@ -85,7 +85,7 @@ def _matches(c: Candidate, usb: layouts.UsbId) -> bool:
     )
 
 
-def choose_port(board: layouts.Board | None = None) -> tuple[Candidate, str]:
+def choose_port(board: boards.Board | None = None) -> tuple[Candidate, str]:
     """Pick the port when none was given; returns it with the reason, or explains why not.
 
     Ports matching the board profile's USB ids come first. On a dual-port bridge the

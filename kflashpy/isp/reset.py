@@ -13,7 +13,7 @@ A sequence is a string of steps separated by spaces, commas or ``|``:
 
 Example (RTS on RESET, DTR on BOOT, "dan" wiring): ``D0 R0 W0.1 R1 W0.1 R0 D1 W0.1``.
 The known wirings come from the board data (``firmware_layouts/boards.toml``, via
-:mod:`kflashpy.image.layouts`); users with odd boards pass their own with
+:mod:`kflashpy.target.boards`); users with odd boards pass their own with
 ``--reset-seq``, or ``none`` to reset by hand.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import serial
 
 from ..errors import InputError, PortError
-from ..image import layouts
+from ..target import boards
 
 #: hold time of the quick first reset (see :attr:`ResetPlan.quick_isp`)
 QUICK_HOLD = 0.01
@@ -79,7 +79,7 @@ def format_sequence(steps: tuple[Step, ...]) -> str:
     return " ".join(str(s) for s in steps)
 
 
-def from_layout(steps: tuple[layouts.ResetStep, ...]) -> tuple[Step, ...]:
+def from_layout(steps: tuple[boards.ResetStep, ...]) -> tuple[Step, ...]:
     """Steps of a wiring from the board data (``firmware_layouts/boards.toml``)."""
     out: list[Step] = []
     for rs in steps:
@@ -99,7 +99,7 @@ class ResetPlan:
     run: tuple[Step, ...]  # empty: this wiring cannot start the program by itself
 
     @classmethod
-    def from_wiring(cls, w: layouts.Wiring) -> ResetPlan:
+    def from_wiring(cls, w: boards.Wiring) -> ResetPlan:
         return cls(w.name, from_layout(w.isp), from_layout(w.run))
 
     @property
@@ -124,7 +124,7 @@ class ResetPlan:
 MANUAL = ResetPlan("none", (Step(None, wait=0.1),), ())
 
 
-def plans_for(board: layouts.Board, custom: str | None = None) -> list[ResetPlan]:
+def plans_for(board: boards.Board, custom: str | None = None) -> list[ResetPlan]:
     """The reset plans to try, in order, for ``board`` (or the user's custom sequence).
 
     A custom sequence replaces the board's ISP entry; its run sequence is kept if the

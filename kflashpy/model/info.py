@@ -288,7 +288,7 @@ def firmware_verdicts(
     """Per firmware from ``firmware_layouts/``: loads ("yes", "load_flash", "no",
     "unknown") and why."""
     if firmwares is None:
-        from ..image.layouts import load_firmwares
+        from ..target.boards import load_firmwares
 
         firmwares = load_firmwares()
     return [_verdict(fw, version, mem, opaque) for fw in firmwares.values()]

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..errors import FormatError, IntegrityError, KeyMaterialError, UsageError
-from ..image.keys import load_key
+from ..keys import load_key
 
 __all__ = [
     "MAGIC",

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..image.fileio import write_atomic
+from ..fileio import write_atomic
 
 #: Pascal VOC class names (the 20-class example model)
 VOC_CLASSES = (

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InputError
-from ..image.fileio import write_atomic
+from ..fileio import write_atomic
 
 PAGE_SIZE = 256
 SECTOR_SIZE = 4096

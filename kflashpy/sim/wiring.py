@@ -15,7 +15,7 @@ reference §4):
 * ``none`` — no auto-reset circuit: only the buttons (``reset_into_isp``/``reset_to_run``).
 
 Board names map to a wiring through the foundation's board data
-(``kflashpy.image.layouts.load_boards()``: ``reset_line``/``boot_line`` of the board's
+(``kflashpy.target.boards.load_boards()``: ``reset_line``/``boot_line`` of the board's
 wiring, aliases included). Boards whose wiring is detected at run time (``generic``) get
 ``rts-reset``; ``no-autoreset`` is the simulator's own board without the circuit.
 """
@@ -63,7 +63,7 @@ _BY_LINES = {("rts", "dtr"): "rts-reset", ("dtr", "rts"): "dtr-reset"}
 
 def _boards() -> dict[str, str]:
     """Board id and alias -> wiring name, from the layout data."""
-    from kflashpy.image.layouts import load_boards
+    from kflashpy.target.boards import load_boards
 
     table: dict[str, str] = {}
     for bid, board in load_boards().items():

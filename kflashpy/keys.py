@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import KeyMaterialError, UsageError
+from .errors import KeyMaterialError, UsageError
 
 __all__ = ["DEFAULT_KEY_ENV", "KEY_SIZE", "is_hex_text", "load_key", "parse_key_text"]
 

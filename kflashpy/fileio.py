@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import InputError
+from .errors import InputError
 
 __all__ = ["write_atomic"]
 

@@ -1,0 +1,7 @@
+"""The K210 and its boards: every fact about the chip and the board/firmware model.
+
+* :mod:`.boards` — boards, reset wirings and firmware layouts, loaded from the TOML data in
+  ``firmware_layouts/`` (documented by ``firmware_layouts/SCHEMA.md``).
+
+Ground floor: imports nothing of kflashpy above ``errors`` and ``units``.
+"""
