@@ -115,3 +115,23 @@ def test_user_layout_file(tmp_path):
     bad.write_text("not = [toml")
     with pytest.raises(FormatError, match="TOML"):
         load_firmware_file(bad)
+
+
+def test_board_data_agrees_with_itself():
+    """Each wiring's description names only boards that use it (Nano: go-openec, settled
+    by kflash_gui's per-board list, docs/formats.md), and auto lists each wiring once."""
+    boards = load_boards()
+    nano = boards["maix-nano"]
+    assert nano.wiring.name == "go-openec" and "Nano" in nano.wiring.description
+    assert "Nano" not in boards["maix-bit"].wiring.description
+    auto = [w.name for w in boards["generic"].auto_wirings]
+    assert auto == ["dan", "kd233", "go-cmsis-dap"]
+
+
+def test_a_wiring_listed_twice_in_auto_wirings_is_refused():
+    from kflashpy.target.boards import _board
+
+    wirings = {w.name: w for w in (get_board("dan").wiring, get_board("kd233").wiring)}
+    raw = {"name": "x", "wiring": "auto", "auto_wirings": ["dan", "kd233", "dan"]}
+    with pytest.raises(FormatError, match="twice"):
+        _board("x", {**raw, "max_baud": 115200, "default_baud": 115200}, wirings)

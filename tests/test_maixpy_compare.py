@@ -232,3 +232,25 @@ def test_cli_human_output_and_board_commands(flash, capsys):
     assert main(["-p", sim_url(flash, maixpy_dev="err:2006"), "compare", str(MNIST),
                  "--addr", hex(A_MNIST), "--input", "random"]) == 1  # fmt: skip
     assert "ERR_NO_MEM" in capsys.readouterr().err
+
+
+# --- the REPL's hard reset plays the board's wiring from the data ------------------------------
+
+
+@pytest.mark.parametrize("board", ["maix-nano", "maix-bit"])
+def test_compare_reset_pulses_the_line_the_board_data_names(flash, board, capsys):
+    """A trapped boot.py is only escaped by a real reset: the wrong line never resets."""
+    from kflashpy.isp import reset
+    from kflashpy.target.boards import get_board
+
+    wiring = get_board(board).wiring
+    assert reset.run_sequence(board) == reset.from_layout(wiring.run)
+    url = sim_url(flash, board=board, maixpy_boot="trap")
+    base = ["compare", str(IRIS4), "--addr", hex(A_IRIS4), "--input", IRIS_IN, "--timeout", "2"]
+    assert main(["-B", board, "-p", url, *base, "--reset"]) == 0
+    assert "board and host agree" in capsys.readouterr().out
+    # the other line (BOOT on this wiring) pulsed instead: no reset, no boot line
+    other = "D" if wiring.reset_line == "rts" else "R"
+    wrong = f"D0 R0 {other}1 W0.1 {other}0"
+    assert main(["-B", board, "-p", url, *base, "--reset", "--reset-seq", wrong]) != 0
+    assert "init end" in capsys.readouterr().err

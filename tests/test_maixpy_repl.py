@@ -282,3 +282,25 @@ def test_corrupted_transfers_never_pass_silently(flash, direction):
             failures += 1
             repl.in_raw = False  # re-synchronise on the next call
     assert failures
+
+
+def test_hard_reset_on_a_port_without_modem_lines_says_to_press_reset(flash):
+    """The REPL's reset goes through the one reset engine: ENOTTY is a clear error."""
+    import errno
+
+    from kflashpy.isp import reset
+
+    port = open_port(sim_url(flash))
+
+    class NoLines(type(port)):
+        def _set(self, value):  # a pty: the ioctl fails with ENOTTY
+            raise OSError(errno.ENOTTY, "Inappropriate ioctl for device")
+
+        dtr = property(lambda self: False, _set)
+        rts = property(lambda self: False, _set)
+
+    port.__class__ = NoLines
+    repl = MaixPyRepl(port, timeout=1.0)
+    with pytest.raises(PortError, match="cannot drive DTR/RTS") as info:
+        repl.hard_reset(reset.run_sequence("maix-bit"), 1.0)
+    assert "--wait-reset" in info.value.hint

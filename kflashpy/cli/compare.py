@@ -11,9 +11,6 @@ from ..units import fmt_addr, fmt_size
 from .session import Session
 from .types import ADDRESS, pairs
 
-#: boards whose RESET is on DTR (maixpy_runtime_side.md §4.3); the others use RTS
-DTR_RESET_BOARDS = frozenset({"go", "goe", "maix-go", "maixduino", "amigo", "maix-amigo"})
-
 
 def repl_options(f):
     """Options of every command that drives the MaixPy REPL."""
@@ -25,9 +22,10 @@ def repl_options(f):
         help="Seconds of silence from the board before giving up.",
     )(f)
     f = click.option(
-        "--reset-line",
-        type=click.Choice(["rts", "dtr"]),
-        help="Modem line wired to RESET (default from -B: dtr for Go/Maixduino/Amigo, else rts).",
+        "--reset-seq",
+        metavar="SEQ",
+        help="DTR/RTS sequence that restarts the program, e.g. 'D0 R1 W0.1 R0' "
+        "(default: the run sequence of -B's wiring in firmware_layouts/boards.toml).",
     )(f)
     f = click.option(
         "--wait-reset",
@@ -60,17 +58,17 @@ def _trace(s: Session):
     return trace
 
 
-def _open(s: Session, reset: bool, wait_reset: float, reset_line: str | None, timeout: float):
+def _open(s: Session, reset: bool, wait_reset: float, reset_seq: str | None, timeout: float):
     from ..maixpy.repl import open_repl
 
-    line = reset_line or ("dtr" if (s.board or "").lower() in DTR_RESET_BOARDS else "rts")
     if wait_reset > 0 and not s.json:
         s.info(f"if the board does not answer, press its RESET button (waiting {wait_reset:g} s)")
     return open_repl(
         _port(s),
         baud=s.baud or 115200,
         reset=reset,
-        reset_line=line,
+        board=s.board,
+        reset_sequence=reset_seq,
         wait_reset=wait_reset,
         timeout=timeout,
         trace=_trace(s),
@@ -123,7 +121,7 @@ def register(group: click.Group) -> None:
         host_opt,
         reset,
         wait_reset,
-        reset_line,
+        reset_seq,
         timeout,
     ):
         """Run MODEL on the board (MaixPy REPL) and on the host; compare every output.
@@ -148,7 +146,7 @@ def register(group: click.Group) -> None:
             if not sep:
                 raise UsageError(f"--host-opt {item!r} is not KEY=VALUE", "e.g. rounding=sdk")
             options[key] = value
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             rep = compare(
                 repl,
                 data,
@@ -219,11 +217,11 @@ def register(group: click.Group) -> None:
     @group.command("board-info")
     @repl_options
     @click.pass_obj
-    def board_info_cmd(s: Session, reset, wait_reset, reset_line, timeout):
+    def board_info_cmd(s: Session, reset, wait_reset, reset_seq, timeout):
         """Firmware version, free heap and kmodel V4 support of a running MaixPy."""
         from ..maixpy.board import board_info
 
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             info = board_info(repl)
         s.result = info.as_dict()
         s.table(
@@ -242,7 +240,7 @@ def register(group: click.Group) -> None:
     @click.argument("args", nargs=-1, required=True, metavar="ADDR FILE [ADDR FILE ...]")
     @repl_options
     @click.pass_obj
-    def repl_verify_cmd(s: Session, args, reset, wait_reset, reset_line, timeout):
+    def repl_verify_cmd(s: Session, args, reset, wait_reset, reset_seq, timeout):
         """Check that flash holds FILE at ADDR, through a running MaixPy (no ISP mode).
 
         The board hashes its own flash (Maix.utils.flash_read + uhashlib); exit 3 if a
@@ -251,7 +249,7 @@ def register(group: click.Group) -> None:
         \b
         kflashpy -p /dev/ttyUSB0 repl-verify 0x300000 model.kmodel
         """
-        verify_via_repl(s, pairs(args), reset, wait_reset, reset_line, timeout)
+        verify_via_repl(s, pairs(args), reset, wait_reset, reset_seq, timeout)
 
 
 def verify_via_repl(
@@ -259,7 +257,7 @@ def verify_via_repl(
     items: list[tuple[int, str]],
     reset: bool = False,
     wait_reset: float = 0.0,
-    reset_line: str | None = None,
+    reset_seq: str | None = None,
     timeout: float = 10.0,
 ) -> None:
     """Render ``verify`` for (ADDR, FILE) pairs checked by hash through the MaixPy REPL."""
@@ -271,7 +269,7 @@ def verify_via_repl(
             files.append((addr, name, Path(name).read_bytes()))
         except OSError as e:
             raise InputError(f"{name}: cannot read ({e.strerror})", "check the path") from None
-    with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+    with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
         results = [(name, verify_region(repl, addr, data)) for addr, name, data in files]
     s.table(
         ["file", "address", "size", "flash", "checked by"],

@@ -137,8 +137,23 @@ def plans_for(board: boards.Board, custom: str | None = None) -> list[ResetPlan]
         return [ResetPlan("custom", parse_sequence(custom), run)]
     if board.wiring is not None:
         return [ResetPlan.from_wiring(board.wiring)]
-    # auto: the board data lists wirings to try (a repeat is deliberate: kflash's order)
+    # auto: the board data lists the wirings to try, in order
     return [ResetPlan.from_wiring(w) for w in board.auto_wirings] or [MANUAL]
+
+
+def run_sequence(board: str | boards.Board | None, custom: str | None = None) -> tuple[Step, ...]:
+    """The steps that reset ``board`` into its flashed program (BOOT released).
+
+    This is what a REPL's hard reset plays. ``custom`` (a sequence string) wins over the
+    board data; ``"none"`` gives no steps (the user presses RESET). A board whose wiring
+    is detected at ISP time (``generic``) gets the run sequence of the first wiring its
+    data lists, the one a detecting flasher tries first.
+    """
+    if custom:
+        return () if custom.strip().lower() == "none" else parse_sequence(custom)
+    profile = board if isinstance(board, boards.Board) else boards.get_board(board)
+    wiring = profile.wiring or next(iter(profile.auto_wirings), None)
+    return from_layout(wiring.run) if wiring else ()
 
 
 def apply(port: serial.SerialBase, steps: tuple[Step, ...], wait: Callable[[float], None]) -> bool:

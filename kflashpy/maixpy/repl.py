@@ -36,6 +36,7 @@ from ..errors import (
     ProtocolError,
     UsageError,
 )
+from ..isp import reset as reset_engine
 from ..progress import Progress, ProgressFn, report
 from .errors import board_exception
 
@@ -55,9 +56,6 @@ DEFAULT_PAUSE = 0.01
 GATHER = 0.01
 #: raw data bytes carried by one transfer command (base64 adds a third)
 TRANSFER_BLOCK = 1024
-
-#: board reset wiring: which modem line pulses RESET (maixpy_runtime_side.md §4.3)
-RESET_LINES = {"rts", "dtr"}
 
 
 def encode_code(code: str) -> bytes:
@@ -280,7 +278,7 @@ class MaixPyRepl:
             raise NoResponseError(
                 f"the board did not boot MaixPy within {wait:g} s (no '[MaixPy] init end')",
                 "check that MaixPy is burned at 0x0 and the board's reset wiring "
-                "(--reset-line rts for Bit/Dock/Nano, dtr for Go/Maixduino/Amigo)",
+                "(-B BOARD, or --reset-seq for an unlisted one)",
             ) from e
         self.boot_log += log + INIT_END
         for _ in range(6):  # every 20 ms across the 200 ms window
@@ -288,16 +286,19 @@ class MaixPyRepl:
             self.pause(0.02)
         self.boot_log += self.drain()
 
-    def hard_reset(self, reset_line: str = "rts", wait: float = 10.0) -> None:
-        """Pulse the board's RESET line (BOOT released) and stop at the REPL prompt."""
-        if reset_line not in RESET_LINES:
-            raise UsageError(f"unknown reset line {reset_line!r}", "use rts or dtr")
-        boot_line = "dtr" if reset_line == "rts" else "rts"
+    def hard_reset(self, steps: tuple[reset_engine.Step, ...], wait: float = 10.0) -> None:
+        """Play the board's run-reset ``steps`` and stop at the REPL prompt.
+
+        ``steps`` come from :func:`kflashpy.isp.reset.run_sequence` (the board's wiring in
+        ``firmware_layouts/boards.toml``). A port that cannot drive DTR/RTS (a pty, a TCP
+        bridge) raises :class:`PortError` instead of waiting for a boot that never comes.
+        """
         self._rx.clear()
-        setattr(self.port, boot_line, False)
-        setattr(self.port, reset_line, True)
-        self.pause(0.1)
-        setattr(self.port, reset_line, False)
+        if not reset_engine.apply(self.port, steps, self.pause):
+            raise PortError(
+                f"{self.port.port} cannot drive DTR/RTS, so kflashpy cannot reset the board",
+                "press RESET yourself while kflashpy waits (--wait-reset SECONDS)",
+            )
         self.catch_boot_window(wait)
         self.in_raw = False
 
@@ -305,18 +306,20 @@ class MaixPyRepl:
         self,
         *,
         reset: bool = False,
-        reset_line: str = "rts",
+        reset_steps: tuple[reset_engine.Step, ...] | None = None,
         wait_reset: float = 0.0,
         boot_wait: float = 10.0,
     ) -> None:
         """Get a clean raw-REPL prompt without resetting the board unless asked.
 
-        - ``reset=True``: pulse RESET and interrupt ``_boot.py`` (a fresh interpreter);
+        - ``reset=True``: play ``reset_steps`` (default: the generic board's run
+          sequence) and interrupt ``_boot.py`` (a fresh interpreter);
         - otherwise Ctrl-C the running program; if it ignores Ctrl-C and
           ``wait_reset`` > 0, wait that long for the user to press RESET.
         """
         if reset:
-            self.hard_reset(reset_line, boot_wait)
+            steps = reset_engine.run_sequence(None) if reset_steps is None else reset_steps
+            self.hard_reset(steps, boot_wait)
             self.enter_raw()
             return
         try:
@@ -463,7 +466,8 @@ def open_repl(
     *,
     baud: int = 115200,
     reset: bool = False,
-    reset_line: str = "rts",
+    board: str | None = None,
+    reset_sequence: str | None = None,
     wait_reset: float = 0.0,
     timeout: float = 10.0,
     trace: Callable[[str, bytes], None] | None = None,
@@ -471,14 +475,17 @@ def open_repl(
     """Open ``url`` (DTR/RTS released: opening never resets the board) at a raw REPL.
 
     On exit the board is returned to the friendly REPL when possible and the port is
-    closed; a failure to leave raw mode never hides the original error.
+    closed; a failure to leave raw mode never hides the original error. ``reset`` plays
+    the run-reset sequence of ``board``'s wiring (``reset_sequence`` overrides it, see
+    :func:`kflashpy.isp.reset.run_sequence`).
     """
     from ..isp.ports import open_port
 
+    steps = reset_engine.run_sequence(board, reset_sequence)  # bad input fails before opening
     port = open_port(url, baud)
     try:
         repl = MaixPyRepl(port, timeout=timeout, trace=trace)
-        repl.connect(reset=reset, reset_line=reset_line, wait_reset=wait_reset)
+        repl.connect(reset=reset, reset_steps=steps, wait_reset=wait_reset)
         try:
             yield repl
         finally:

@@ -210,6 +210,13 @@ def _board(bid: str, b: dict[str, Any], wirings: dict[str, Wiring]) -> Board:
         return wirings[name]
 
     auto = b["wiring"] == "auto"
+    auto_names = list(b.get("auto_wirings", ()))
+    if len(set(auto_names)) != len(auto_names):
+        raise FormatError(
+            f"board {bid}: auto_wirings lists a wiring twice ({auto_names})",
+            "list each wiring once: connect repeats the whole list in rounds "
+            "(firmware_layouts/SCHEMA.md)",
+        )
     return Board(
         id=bid,
         name=b["name"],
@@ -217,7 +224,7 @@ def _board(bid: str, b: dict[str, Any], wirings: dict[str, Wiring]) -> Board:
         flash_size=_num(b.get("flash_size", DEFAULT_FLASH_SIZE), f"board {bid} flash_size"),
         flash_chip=b.get("flash_chip", "unknown"),
         wiring=None if auto else wiring(b["wiring"]),
-        auto_wirings=tuple(wiring(n) for n in b.get("auto_wirings", ())),
+        auto_wirings=tuple(wiring(n) for n in auto_names),
         usb=tuple(
             UsbId(u["vid"], u.get("pid"), u.get("interface"), u.get("bridge", ""))
             for u in b.get("usb", ())
