@@ -10,6 +10,7 @@ import click
 from ..errors import InputError, UsageError
 from ..isp import api
 from ..isp.ports import candidates
+from ..target import k210
 from ..units import fmt_addr, fmt_size
 from .session import Session
 from .types import ADDRESS, pairs
@@ -189,8 +190,8 @@ def erase_cmd(s: Session, addr, size, whole, reboot, stub, reset_seq, rom_baud):
 @click.option(
     "--addr",
     type=ADDRESS,
-    default=0x80000000,
-    show_default="0x80000000",
+    default=k210.SRAM_BASE,
+    show_default=f"0x{k210.SRAM_BASE:08X}",
     help="Load address of a raw binary (ELF files carry their own).",
 )
 @connection_options

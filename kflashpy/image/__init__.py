@@ -6,13 +6,13 @@
 * :mod:`.content` — what a binary is, from its bytes.
 * :mod:`.plan` — the layout checker used by ``check-layout``, ``pack`` and ``burn``.
 
-Pure: never imports the serial, simulator, MaixPy or CLI layers.
+Boards and firmware layouts are K210 facts: they live in :mod:`kflashpy.target`, and key
+loading in :mod:`kflashpy.keys`. Pure: never imports the serial, simulator, MaixPy or CLI
+layers.
 """
 
 from __future__ import annotations
 
-from ..keys import load_key
-from ..target.boards import Board, Firmware, get_board, get_firmware, load_boards, load_firmwares
 from .api import check_layout, image_info, load_items, pack, unpack
 from .bootimage import BootImage, parse_boot_image, unwrap_boot_image, wrap_boot_image
 from .content import ContentInfo, detect_content
@@ -21,10 +21,8 @@ from .plan import Finding, FlashItem, FlashPlan, PlannedRegion, plan_flash
 
 __all__ = [
     "BootImage",
-    "Board",
     "ContentInfo",
     "Finding",
-    "Firmware",
     "FlashItem",
     "FlashPlan",
     "Kfpkg",
@@ -32,13 +30,8 @@ __all__ = [
     "PlannedRegion",
     "check_layout",
     "detect_content",
-    "get_board",
-    "get_firmware",
     "image_info",
-    "load_boards",
-    "load_firmwares",
     "load_items",
-    "load_key",
     "pack",
     "parse_boot_image",
     "plan_flash",

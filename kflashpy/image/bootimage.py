@@ -31,6 +31,7 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import FormatError, KeyMaterialError
+from ..target import k210
 
 __all__ = [
     "FLAG_AES",
@@ -52,8 +53,8 @@ FLAG_DIO = 0x02
 HEADER_SIZE = 5
 #: header + SHA-256 trailer
 OVERHEAD = HEADER_SIZE + 32
-#: the payload is copied to SRAM at 0x80000000: 6 MiB general SRAM + 2 MiB AI SRAM
-MAX_PAYLOAD = 8 * 1024 * 1024
+#: the payload is copied to SRAM (general + AI SRAM)
+MAX_PAYLOAD = k210.SRAM_SIZE
 AES_BLOCK = 16
 
 

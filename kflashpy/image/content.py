@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.detect import KmodelSignature, detect
+from ..target.k210 import FLASH_SECTOR as SECTOR
 from .bootimage import OVERHEAD, BootImage, aes_padded_size, probe_boot_image
 
 __all__ = ["SECTOR", "ContentInfo", "align_down", "align_up", "detect_content", "footprint"]
 
-#: NOR flash erase sector: the smallest unit a burn can change
-SECTOR = 4096
 #: first-bytes markers of SDK start-up code: compressed jump (A821) and 0xDEADBEEF halves
 _FIRMWARE_MARKERS = (b"\x21\xa8", b"\xef\xbe", b"\xad\xde")
 

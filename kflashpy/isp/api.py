@@ -25,6 +25,7 @@ from ..errors import InputError, LayoutError
 from ..image.kfpkg import read_kfpkg
 from ..image.plan import FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 from ..progress import ProgressFn
+from ..target import k210
 from ..target.boards import Board, Firmware
 from .burn import BurnResult, WriteRegion, burn_on, erase_on
 from .connect import connect, open_device
@@ -209,7 +210,7 @@ class LoadRamResult:
 def load_ram(
     program: str | os.PathLike[str] | RamImage,
     *,
-    address: int = 0x80000000,
+    address: int = k210.SRAM_BASE,
     port: str | None = None,
     board: str | Board | None = None,
     reset_sequence: str | None = None,

@@ -14,10 +14,12 @@ import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 
+from ..target import k210
+
 HEADER = struct.Struct("<HHIII")  # op, reserved, crc, address, data_len
 HEADER_SIZE = HEADER.size  # 16
 
-ROM_MAX_CHUNK = 1024  # the mask ROM takes memory writes of at most 1 KiB
+ROM_MAX_CHUNK = k210.ROM_MAX_WRITE
 STAGE2_MAX_CHUNK = 65536  # the kflash-family stubs' receive buffer
 
 

@@ -29,6 +29,7 @@ from ..errors import NoResponseError, ProtocolError
 from ..progress import Progress, ProgressFn, report
 from ..stub import FlasherBuild
 from ..stub import load as load_build
+from ..target import k210
 from .frames import FlashOp, Status, build_request, crc32, parse_response
 from .link import Link
 from .slip import SlipDecoder
@@ -71,7 +72,7 @@ class KfpyOp(IntEnum):
     SET_BAUD = 0xBB
 
 
-SECTOR = 4096
+SECTOR = k210.FLASH_SECTOR
 FRAME = 65536
 # a damaging line shrinks frames down to this: at one bad byte in 5000, a 4 KiB frame
 # fails more often than not, a 1 KiB one four times in five gets through

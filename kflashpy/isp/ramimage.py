@@ -1,6 +1,6 @@
 """Programs to run from SRAM (``load-ram``): raw binaries and ELF files.
 
-K210 SRAM is 6 MiB at 0x80000000 (cached) / 0x40000000 (uncached). ELF files from Rust
+K210 general SRAM is 6 MiB, seen cached and uncached (:mod:`kflashpy.target.k210`). ELF files from Rust
 toolchains link at the sign-extended 0xFFFFFFFF80000000; only the low 32 bits reach the
 bus, so addresses are masked to 32 bits. Segments with no file bytes (.bss) are not
 sent: the program clears them itself.
@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FormatError
+from ..target import k210
 
-SRAM_BASES = (0x80000000, 0x40000000)
-SRAM_SIZE = 6 * 1024 * 1024
-DEFAULT_LOAD = 0x80000000
+DEFAULT_LOAD = k210.SRAM_BASE
 
 _PT_LOAD = 1
 _EM_RISCV = 243
@@ -35,12 +34,11 @@ class RamImage:
 
 
 def _check_sram(name: str, address: int, size: int) -> None:
-    for base in SRAM_BASES:
-        if base <= address and address + size <= base + SRAM_SIZE:
-            return
+    if k210.in_sram(address, size):
+        return
     raise FormatError(
         f"{name}: 0x{address:08X}..0x{address + size:08X} is outside the K210's 6 MiB SRAM",
-        "link the program for 0x80000000..0x80600000",
+        f"link the program for 0x{k210.SRAM_BASE:08X}..0x{k210.GENERAL_SRAM_END:08X}",
     )
 
 

@@ -11,10 +11,11 @@ import struct
 
 from ..errors import NoResponseError, ProtocolError
 from ..progress import Progress, ProgressFn, report
+from ..target import k210
 from .frames import ROM_MAX_CHUNK, RomOp
 from .link import Link
 
-ROM_BAUD = 115200
+ROM_BAUD = k210.ROM_BAUD
 GREETING_TIMEOUT = 0.5
 #: the ROM answers a greeting within ~2 ms; after a quick reset a short wait is enough
 QUICK_GREETING_TIMEOUT = 0.05

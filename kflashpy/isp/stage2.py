@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError, NoResponseError, UnsupportedError
 from ..progress import Progress, ProgressFn, report
+from ..target import k210
 from .frames import STAGE2_MAX_CHUNK, FlashOp, Status
 from .link import Link
 
@@ -31,7 +32,7 @@ CAP_HASH = "hash"  # SHA-256 of a flash range computed on the board
 CAP_IDENTIFY = "identify"  # JEDEC id / size of the flash chip
 CAP_COMPRESSED_WRITE = "compressed-write"  # writes of compressed data
 
-SECTOR = 4096
+SECTOR = k210.FLASH_SECTOR
 
 #: reply timeouts (seconds of port time); see :func:`write_timeout`
 DEFAULT_TIMEOUT = 3.0

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FormatError, InputError
+from ..target import k210
 from .link import Link
 from .stage2 import KflashStage2, Stage2
 
 #: where kflash-family stubs are linked and entered
-KFLASH_STUB_ADDRESS = 0x80000000
+KFLASH_STUB_ADDRESS = k210.SRAM_BASE
 
 #: SHA-256 of the PyPI kflash 1.1.6 stub (vowstar/kflash.py 550828c): handles D2-D9
 KFLASH_116_SHA256 = "757776d0055048262ef92bd04a9f8cbad13647ec4f5c1f59494489a88d571129"

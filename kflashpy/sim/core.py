@@ -42,6 +42,7 @@ from unicorn.unicorn_py3.unicorn import (
     uclib,
 )
 
+from ..target import k210
 from .crypto import AesEngine, ShaEngine
 from .icount import InstructionCounter
 from .memory import SRAM_ALIAS, SRAM_BASE, SRAM_SIZE, Sram
@@ -90,21 +91,6 @@ _TRAP_WRITE = (rv.UC_RISCV_REG_MSTATUS, rv.UC_RISCV_REG_MCAUSE, rv.UC_RISCV_REG_
 _NEVER = (1 << 64) - 1  # mtimecmp reset value
 _UNTIL = 0xFFFF_FFFF_FFFF_FFFE  # never reached: slices end by instruction count
 
-# (base, size, name) of peripherals modelled as plain register files
-_PLAIN = (
-    (0x3800_1000, 0x1000, "gpiohs"),
-    (0x5000_0000, 0x1000, "dmac"),
-    (0x5020_0000, 0x1000, "gpio"),
-    (0x5024_0000, 0x1000, "spi2"),
-    (0x5025_0000, 0x3000, "i2s"),
-    (0x5028_0000, 0x3000, "i2c"),
-    (0x502D_0000, 0x3000, "timers"),
-    (0x5040_0000, 0x2000, "wdt"),
-    (0x5042_0000, 0x1000, "otp"),
-    (0x5043_0000, 0x1000, "dvp"),
-    (0x5046_0000, 0x1000, "rtc"),
-)
-_IRQ = {"uart1": 11, "uart2": 12, "uart3": 13, "uarths": 33}
 
 # The engine calls the core makes many times a second, bound so that the calling thread
 # keeps the GIL. ctypes releases it around every foreign call, and then every Python hook
@@ -219,34 +205,36 @@ class Core:
             board.flash, self._time, lambda: self.spi3_hz, self._add_stall, self._skip_until
         )
         self.sysctl.peri_reset_hooks[9] = self.spi3.reset
-        for base, name in ((0x5200_0000, "spi0"), (0x5300_0000, "spi1")):
-            bus = Spi3(
-                NoDevice(),
-                self._time,
-                lambda: self.spi3_hz,
-                self._add_stall,
-                self._skip_until,
-                name,
-            )
-            self._mmio(base, bus)
         for name, uart in self.uarts.items():
-            self.plic.sources[_IRQ[name]] = uart.irq
+            self.plic.sources[k210.UART_IRQ[name]] = uart.irq
             uart.pull = self._puller(uart)
         self.sha = ShaEngine()
         self.aes = AesEngine()
-        self._mmio(0x0200_0000, self.clint)
-        self._mmio(0x0C00_0000, self.plic)
-        self._mmio(0x3800_0000, self.uarths)
-        self._mmio(0x5021_0000, self.uarts["uart1"])
-        self._mmio(0x5022_0000, self.uarts["uart2"])
-        self._mmio(0x5023_0000, self.uarts["uart3"])
-        self._mmio(0x502B_0000, self.fpioa)
-        self._mmio(0x502C_0000, self.sha)
-        self._mmio(0x5044_0000, self.sysctl)
-        self._mmio(0x5045_0000, self.aes)
-        self._mmio(0x5400_0000, self.spi3)
-        for base, size, name in _PLAIN:
-            self._mmio(base, RegisterFile(name, size))
+        models: dict[str, Any] = {
+            "clint": self.clint,
+            "plic": self.plic,
+            "fpioa": self.fpioa,
+            "sha256": self.sha,
+            "sysctl": self.sysctl,
+            "aes": self.aes,
+            "spi3": self.spi3,
+            **self.uarts,
+            **{
+                name: Spi3(
+                    NoDevice(),
+                    self._time,
+                    lambda: self.spi3_hz,
+                    self._add_stall,
+                    self._skip_until,
+                    name,
+                )
+                for name in ("spi0", "spi1")
+            },
+        }
+        # the K210's peripheral map (target/k210.py); the blocks without a model of their
+        # own are plain register files
+        for name, (base, size) in k210.PERIPHERALS.items():
+            self._mmio(base, models[name] if name in models else RegisterFile(name, size))
 
         self.cpu_hz = self.apb0_hz = 0.0
         self._mtime_base, self._mtime_t0 = 0, board.now

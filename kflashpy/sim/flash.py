@@ -39,11 +39,12 @@ from typing import BinaryIO
 
 from ..errors import InputError
 from ..fileio import write_atomic
+from ..target import k210
 
-PAGE_SIZE = 256
-SECTOR_SIZE = 4096
-MAX_SIZE = 16 * 1024 * 1024  # 3-byte addressing
-MIN_SIZE = 64 * 1024
+PAGE_SIZE = k210.FLASH_PAGE
+SECTOR_SIZE = k210.FLASH_SECTOR
+MAX_SIZE = k210.FLASH_MAX_SIZE
+MIN_SIZE = k210.FLASH_MIN_SIZE
 
 # status register bits
 SR1_BUSY = 0x01

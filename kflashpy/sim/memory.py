@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import ctypes
 
-SRAM_BASE = 0x8000_0000
-SRAM_ALIAS = 0x4000_0000  # uncached view of the same cells
-SRAM_SIZE = 0x80_0000  # 6 MiB general SRAM + 2 MiB AI SRAM
-GENERAL_SRAM_END = 0x8060_0000
-ROM_DATA = (0x805F_8000, 0x8060_0000)  # the mask ROM's own data, stacks and boot patch
-MASK_ROM = (0x8800_0000, 0x8802_0000)
+from ..target.k210 import GENERAL_SRAM_END, MASK_ROM, ROM_DATA, SRAM_BASE, SRAM_SIZE
+from ..target.k210 import SRAM_UNCACHED as SRAM_ALIAS
+
+__all__ = [
+    "GENERAL_SRAM_END",
+    "MASK_ROM",
+    "ROM_DATA",
+    "SRAM_ALIAS",
+    "SRAM_BASE",
+    "SRAM_SIZE",
+    "Sram",
+]
 
 
 class Sram:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from kflashpy.isp.frames import ROM_MAX_CHUNK, RomOp, Status, parse_request
 from kflashpy.isp.slip import SlipDecoder, encode
 
+from ..target import k210
 from .memory import GENERAL_SRAM_END, ROM_DATA, SRAM_ALIAS, SRAM_BASE, SRAM_SIZE
 from .periph import ROM_CPU_HZ
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from .board import VirtualBoard
 
 ROM_CLOCK = ROM_CPU_HZ  # UARTHS runs from the CPU clock the ROM set up
-ISP_BAUD = 115200
+ISP_BAUD = k210.ROM_BAUD
 ROM_LATENCY = 30e-6  # frame handling time before the reply starts
 FLASH_BOOT_RATE = 4_000_000  # bytes/s the ROM copies from flash (DIO read + SHA)
 MAX_BOOT_IMAGE = ROM_DATA[0] - SRAM_BASE  # the image must not overwrite the ROM's data

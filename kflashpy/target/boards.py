@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import FormatError, InputError
 from ..units import parse_int
+from . import k210
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 DATA_PACKAGE = "kflashpy.firmware_layouts"
-DEFAULT_FLASH_SIZE = 16 * 1024 * 1024
+DEFAULT_FLASH_SIZE = k210.FLASH_MAX_SIZE
 
 
 @dataclass(frozen=True)
