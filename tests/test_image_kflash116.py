@@ -14,7 +14,7 @@ import zipfile
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from image_kflash116 import kflash_firmware_image, kflash_load_kfpkg
+from support.kflash116 import kflash_firmware_image, kflash_load_kfpkg
 
 from kflashpy.image.bootimage import wrap_boot_image
 from kflashpy.image.kfpkg import KfpkgEntry, read_kfpkg, write_kfpkg

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_maixpy_repl import connect, make_flash, sim_url
+from support.maixpy import connect, make_flash, sim_url
+from support.paths import KMODELS as FIXTURES
 
 from kflashpy.cli import main
 from kflashpy.errors import InputError, UsageError, VerifyError
@@ -15,7 +16,6 @@ from kflashpy.maixpy.compare import LoadSpec, compare, diff_output, prepare_inpu
 from kflashpy.maixpy.errors import KpuError
 from kflashpy.model import swap_words
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 MNIST = FIXTURES / "v3" / "mnist_maixpy-scripts.kmodel"
 IRIS3 = FIXTURES / "v3" / "iris_nncase-v0.1.0-rc5.kmodel"
 IRIS4 = FIXTURES / "v4" / "iris_nncase-v0.2.0-beta4.kmodel"

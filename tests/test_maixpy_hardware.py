@@ -1,8 +1,9 @@
 """Opt-in: the REPL driver and compare against a real MaixPy board.
 
-Set ``KFLASHPY_MAIXPY_PORT=/dev/ttyUSB0`` (and optionally ``KFLASHPY_MAIXPY_MODEL`` plus
-``KFLASHPY_MAIXPY_ADDR`` for a model already burned there) and run
-``pytest -m hardware tests/test_maixpy_hardware.py``.
+Run ``pytest -m hardware --port /dev/ttyUSB0 --board maix-bit tests/test_maixpy_hardware.py``
+(options defined in ``tests/conftest.py``; without ``--port`` these tests are skipped).
+For the comparison, also set ``KFLASHPY_MAIXPY_MODEL`` to a kmodel file burned at
+``KFLASHPY_MAIXPY_ADDR`` (default 0x300000).
 """
 
 from __future__ import annotations
@@ -15,23 +16,19 @@ from kflashpy.maixpy.board import board_info
 from kflashpy.maixpy.compare import LoadSpec, compare
 from kflashpy.maixpy.repl import open_repl
 
-PORT = os.environ.get("KFLASHPY_MAIXPY_PORT")
-pytestmark = [
-    pytest.mark.hardware,
-    pytest.mark.skipif(not PORT, reason="set KFLASHPY_MAIXPY_PORT to run against a board"),
-]
+pytestmark = pytest.mark.hardware
 
 
-def test_board_answers_as_maixpy():
-    with open_repl(PORT, reset=True) as repl:
+def test_board_answers_as_maixpy(hw_port, hw_board):
+    with open_repl(hw_port, reset=True, board=hw_board) as repl:
         assert repl.exec_raw("print(1+1)") == b"2\n"
         assert board_info(repl).platform == "MaixPy"
 
 
 @pytest.mark.skipif(not os.environ.get("KFLASHPY_MAIXPY_MODEL"), reason="no model given")
-def test_compare_on_the_board():
+def test_compare_on_the_board(hw_port, hw_board):
     model = os.environ["KFLASHPY_MAIXPY_MODEL"]
     addr = int(os.environ.get("KFLASHPY_MAIXPY_ADDR", "0x300000"), 0)
-    with open(model, "rb") as f, open_repl(PORT, reset=True) as repl:
+    with open(model, "rb") as f, open_repl(hw_port, reset=True, board=hw_board) as repl:
         rep = compare(repl, f.read(), LoadSpec(addr=addr), "random:1")
     assert rep.passed, rep.as_dict()

@@ -9,9 +9,9 @@ import hashlib
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.maixpy import FLASH_SIZE, connect, make_flash, sim_url
 
 from kflashpy.errors import NoResponseError, PortError, UsageError
-from kflashpy.image.bootimage import wrap_boot_image
 from kflashpy.isp.ports import open_port
 from kflashpy.maixpy import board as onboard
 from kflashpy.maixpy.errors import KpuError, ReplError, board_exception
@@ -25,35 +25,10 @@ from kflashpy.maixpy.repl import (
     py_str,
 )
 
-FLASH_SIZE = 4 << 20
-
-
-def make_flash(tmp_path, regions: dict[int, bytes] | None = None) -> str:
-    """A 4 MiB flash file with a valid boot image at 0 (so the board boots 'MaixPy')."""
-    img = bytearray(b"\xff" * FLASH_SIZE)
-    fw = wrap_boot_image(b"\x13\x00\x00\x00" * 1024)
-    img[: len(fw)] = fw
-    for addr, data in (regions or {}).items():
-        img[addr : addr + len(data)] = data
-    path = tmp_path / "flash.img"
-    path.write_bytes(img)
-    return str(path)
-
-
-def sim_url(flash: str, **opts: str) -> str:
-    query = "&".join(f"{k}={v}" for k, v in opts.items())
-    return f"sim://?flash={flash}&flash_size=4M" + (f"&{query}" if query else "")
-
 
 @pytest.fixture
 def flash(tmp_path):
     return make_flash(tmp_path, {0x200000: bytes(range(256)) * 64})
-
-
-def connect(url: str, **kw) -> MaixPyRepl:
-    repl = MaixPyRepl(open_port(url), **kw)
-    repl.connect()
-    return repl
 
 
 # --- pure helpers (property tests) ----------------------------------------------------------
@@ -284,13 +259,13 @@ def test_corrupted_transfers_never_pass_silently(flash, direction):
     assert failures
 
 
-def test_hard_reset_on_a_port_without_modem_lines_says_to_press_reset(flash):
+def test_hard_reset_on_a_port_without_modem_lines_says_to_press_reset(sim_board_url):
     """The REPL's reset goes through the one reset engine: ENOTTY is a clear error."""
     import errno
 
     from kflashpy.isp import reset
 
-    port = open_port(sim_url(flash))
+    port = open_port(sim_board_url)
 
     class NoLines(type(port)):
         def _set(self, value):  # a pty: the ioctl fails with ENOTTY

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.paths import KMODELS as FIXTURES
 
 from kflashpy.errors import InputError
 from kflashpy.model import KmodelSignature, detect, detect_path, swap_words
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 EXPECTED = {
     "v3/iris_nncase-v0.1.0-rc5.kmodel": 3,
     "v3/mnist_maixpy-scripts.kmodel": 3,

@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from support.paths import KMODELS as FIXTURES
 
 from kflashpy.cli import main
 from kflashpy.errors import FormatError, UsageError
@@ -14,7 +15,6 @@ from kflashpy.model import detect, swap_words
 from kflashpy.model.info import model_info, ram_estimates
 from kflashpy.model.prep import prep_flash, recommended_batch
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 ALL = sorted(FIXTURES.glob("*/*.kmodel"))
 V3_YOLO = FIXTURES / "v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel"
 V3_IRIS = FIXTURES / "v3/iris_nncase-v0.1.0-rc5.kmodel"

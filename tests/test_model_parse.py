@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.paths import KMODELS as FIXTURES
 
 from kflashpy.errors import FormatError, KflashError
 from kflashpy.model import parse, parse_v3, parse_v4, parse_v5, swap_words
@@ -18,7 +18,6 @@ from kflashpy.model.v3 import KModelV3
 from kflashpy.model.v4 import KModelV4
 from kflashpy.model.v5 import KModelV5
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 V3_IRIS = FIXTURES / "v3/iris_nncase-v0.1.0-rc5.kmodel"
 V3_MNIST = FIXTURES / "v3/mnist_maixpy-scripts.kmodel"
 V3_YOLO = FIXTURES / "v3/yolo_20classes_nncase-v0.1.0-rc5.kmodel"

@@ -8,12 +8,12 @@ import importlib.util
 import json
 import sys
 import types
-from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.paths import KMODELS as FIXTURES
 
 from kflashpy.cli import main
 from kflashpy.errors import FormatError, IntegrityError, KeyMaterialError, UsageError
@@ -29,7 +29,6 @@ from kflashpy.model.seal import (
     unseal_bytes,
 )
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 V3_IRIS = FIXTURES / "v3/iris_nncase-v0.1.0-rc5.kmodel"
 KEY = bytes(range(32))
 OTHER = bytes(range(1, 33))

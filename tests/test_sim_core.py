@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import serial
-from simwire import reply
+from support.simwire import reply
 
 from kflashpy.isp.frames import build_request, legacy_short_request
 from kflashpy.isp.slip import encode

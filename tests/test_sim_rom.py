@@ -7,7 +7,7 @@ import struct
 
 import pytest
 import serial
-from simwire import reply
+from support.simwire import reply
 
 from kflashpy.errors import InputError
 from kflashpy.isp.frames import build_request, legacy_short_request

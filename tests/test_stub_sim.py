@@ -12,9 +12,9 @@ import json
 import os
 import random
 import zlib
-from pathlib import Path
 
 import pytest
+from support.paths import KMODELS
 
 from kflashpy.cli import main
 from kflashpy.errors import InputError, ProtocolError
@@ -26,7 +26,6 @@ from kflashpy.stub import load
 pytest.importorskip("kflashpy.sim.core")
 
 SIM = "sim://?board=maix-bit"
-KMODELS = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 
 
 def _mixed(n: int, seed: int) -> bytes:

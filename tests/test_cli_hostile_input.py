@@ -16,12 +16,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.paths import KMODELS
 
 from kflashpy.cli import main
 from kflashpy.errors import KflashError
 from kflashpy.image.kfpkg import read_kfpkg
 
-KMODELS = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 MNIST = KMODELS / "v3" / "mnist_maixpy-scripts.kmodel"
 ENVELOPE = {"kflashpy_version", "schema", "status", "error", "warnings", "result"}
 SEAL_KEY = "ab" * 32

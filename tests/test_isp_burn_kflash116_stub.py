@@ -6,9 +6,9 @@ emulated core, and the assertions read the virtual NOR flash.
 
 import json
 import os
-from pathlib import Path
 
 import pytest
+from support.paths import KMODELS
 
 import kflashpy
 from kflashpy.cli import main
@@ -20,7 +20,6 @@ from kflashpy.isp.burn import WriteRegion, burn_on, erase_on
 
 pytest.importorskip("kflashpy.sim.core")
 
-KMODELS = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 SIM = "sim://?board=maix-bit"
 #: not the board default (1.5 Mbaud, measured by benchmarks/isp_burn_yolo.py), so the
 #: baud switch is exercised with a rate that needs it

@@ -1,15 +1,13 @@
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.paths import KMODELS
 
 from kflashpy.errors import InputError, LayoutError
 from kflashpy.image.bootimage import wrap_boot_image
 from kflashpy.image.plan import FlashItem, find_overlaps, plan_flash
 from kflashpy.model.detect import swap_words
 
-KMODELS = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 FW = b"\x21\xa8\xef\xbe\xad\xde"
 
 

@@ -1,13 +1,12 @@
 import json
 import zipfile
-from pathlib import Path
 
 import pytest
+from support.paths import KMODELS
 
 from kflashpy.cli import main
 from kflashpy.image.bootimage import unwrap_boot_image, wrap_boot_image
 
-KMODELS = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 V4 = KMODELS / "v4" / "iris_nncase-v0.2.0-beta4.kmodel"
 KEY_HEX = "00112233445566778899aabbccddeeff"
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from support.paths import KMODELS as FIX
 
 from kflashpy.cli import main
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "kmodels"
 pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="kmodel fixtures not found")
 
 
