@@ -8,7 +8,8 @@ ground-floor module (``errors``, ``units``, ``fileio``, ``keys``, ``progress``).
    ``sim``, ``web`` or ``cli``;
 2. the ground floor imports only the ground floor; ``target`` only the ground floor;
 3. ``isp`` and ``maixpy`` never import ``sim``;
-4. no import cycle between units.
+4. no import cycle between units, nor between modules (type-only imports count: a
+   simulated part types its board with a protocol, :mod:`kflashpy.sim.parts`).
 
 The checker is tested on a synthetic back import too, so a rule that stopped biting would
 show.
@@ -137,6 +138,31 @@ def test_the_package_follows_the_import_rules():
     graph = unit_graph(read_package(), package_units())
     assert {"target", "image", "isp", "sim", "cli"} <= set(graph), "the checker saw no imports"
     assert violations(graph) == []
+
+
+def module_graph(sources: Mapping[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the package modules it imports (a module's own parent packages left out:
+    importing ``kflashpy.isp.reset`` runs ``kflashpy/isp/__init__.py`` first anyway)."""
+    graph: dict[str, set[str]] = {}
+    for module, (source, is_package) in sources.items():
+        for imported in imports_of(source, module, is_package):
+            if imported in sources and imported != module and not module.startswith(imported + "."):
+                graph.setdefault(module, set()).add(imported)
+    return graph
+
+
+def test_no_module_imports_itself_in_a_circle():
+    assert _cycle(module_graph(read_package())) is None
+
+
+def test_a_type_only_circle_between_modules_is_caught():
+    sources = read_package()
+    source, is_package = sources["kflashpy.sim.rom"]
+    extra = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .board import VirtualBoard\n"
+    )
+    sources["kflashpy.sim.rom"] = (source + extra, is_package)
+    assert _cycle(module_graph(sources)) is not None
 
 
 # --- the checker bites ---------------------------------------------------------------------------

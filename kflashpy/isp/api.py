@@ -32,7 +32,7 @@ from .connect import connect, open_device
 from .connect import load_ram as load_ram_on
 from .link import TraceFn
 from .ramimage import RamImage, load_ram_image
-from .stubs import StubProgram
+from .stage2 import StubProgram
 
 Source = str | os.PathLike[str] | bytes
 

@@ -30,8 +30,8 @@ from .link import Link, TraceFn
 from .ports import choose_port, open_port
 from .ramimage import RamImage
 from .rom import GREETING_TIMEOUT, QUICK_GREETING_TIMEOUT, ROM_BAUD, Rom
-from .stage2 import CAP_BAUD, CAP_REBOOT, Stage2
-from .stubs import StubProgram, load_stub
+from .stage2 import CAP_BAUD, CAP_REBOOT, Stage2, StubProgram
+from .stubs import load_stub
 
 #: greetings per reset attempt, and reset rounds (each round tries every candidate wiring)
 GREETINGS_PER_RESET = 2

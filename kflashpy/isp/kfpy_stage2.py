@@ -49,10 +49,10 @@ from .stage2 import (
     ERASE_TIMEOUT_PER_MB,
     FlashInfo,
     Stage2,
+    StubProgram,
     check_sector_range,
     scaled_timeout,
 )
-from .stubs import StubProgram
 
 
 class KfpyOp(IntEnum):

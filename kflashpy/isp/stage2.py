@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import InputError, NoResponseError, UnsupportedError
@@ -176,6 +177,24 @@ KFLASH_VARIANTS: dict[str, frozenset[str]] = {
 }
 
 ERASE_POLL = 0.25  # seconds between D9 status polls while an erase runs
+
+
+@dataclass(frozen=True)
+class StubProgram:
+    """A stage-2 program ready to upload."""
+
+    name: str
+    image: bytes
+    load_address: int
+    entry: int
+    make_client: Callable[[Link], Stage2]
+    #: seconds the program needs after boot before it can answer (kflash-family
+    #: stubs set up their UART first; a program that answers at once uses 0)
+    start_wait: float = 0.1
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.image).hexdigest()
 
 
 class KflashStage2(Stage2):

@@ -19,37 +19,19 @@ import importlib.util
 import re
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FormatError, InputError
 from ..target import k210
+from .kfpy_stage2 import kflashpy_program
 from .link import Link
-from .stage2 import KflashStage2, Stage2
+from .stage2 import KflashStage2, Stage2, StubProgram
 
 #: where kflash-family stubs are linked and entered
 KFLASH_STUB_ADDRESS = k210.SRAM_BASE
 
 #: SHA-256 of the PyPI kflash 1.1.6 stub (vowstar/kflash.py 550828c): handles D2-D9
 KFLASH_116_SHA256 = "757776d0055048262ef92bd04a9f8cbad13647ec4f5c1f59494489a88d571129"
-
-
-@dataclass(frozen=True)
-class StubProgram:
-    """A stage-2 program ready to upload."""
-
-    name: str
-    image: bytes
-    load_address: int
-    entry: int
-    make_client: Callable[[Link], Stage2]
-    #: seconds the program needs after boot before it can answer (kflash-family
-    #: stubs set up their UART first; a program that answers at once uses 0)
-    start_wait: float = 0.1
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.image).hexdigest()
 
 
 def kflash_package_stub() -> bytes:
@@ -101,13 +83,7 @@ def _load_kflash() -> StubProgram:
 register("kflash", _load_kflash)
 
 
-def _load_kflashpy() -> StubProgram:
-    from .kfpy_stage2 import kflashpy_program  # imports this module: load lazily
-
-    return kflashpy_program()
-
-
-register("kflashpy", _load_kflashpy)
+register("kflashpy", kflashpy_program)
 
 DEFAULT_STUB = "kflashpy"  # ours: hashes, verifies, skips unchanged sectors
 

@@ -23,7 +23,8 @@ from .faults import FaultInjector, FaultPlan
 from .firmware import FIRMWARE_BAUD, Personality, make_personality
 from .flash import NorFlash
 from .memory import Sram
-from .rom import BOOT_FAIL_TEXT, ISP_BAUD, BootResult, MaskRom
+from .parts import BootResult
+from .rom import BOOT_FAIL_TEXT, ISP_BAUD, MaskRom
 from .wire import Wire
 from .wiring import wiring_for
 

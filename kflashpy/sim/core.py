@@ -46,6 +46,7 @@ from ..target import k210
 from .crypto import AesEngine, ShaEngine
 from .icount import InstructionCounter
 from .memory import SRAM_ALIAS, SRAM_BASE, SRAM_SIZE, Sram
+from .parts import BoardServices
 from .periph import (
     LINK_RX_PIN,
     LINK_TX_PIN,
@@ -141,7 +142,7 @@ def _reg_batch(regs: tuple[int, ...]) -> tuple[Any, Any, Any]:
 class Core:
     """One hart running from ``entry`` on the board's SRAM and peripheral models."""
 
-    def __init__(self, board: Any, entry: int) -> None:
+    def __init__(self, board: BoardServices, entry: int) -> None:
         self.board = board
         self.entry = entry
         self.instructions = 0

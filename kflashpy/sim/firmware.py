@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from kflashpy.errors import InputError
 
-if TYPE_CHECKING:
-    from .board import VirtualBoard
+from .parts import BoardServices
 
 FIRMWARE_BAUD = 115200
 
@@ -29,7 +28,7 @@ class Personality(Protocol):
 class SilentFirmware:
     """A firmware that says which image booted, then stays quiet."""
 
-    def __init__(self, board: VirtualBoard) -> None:
+    def __init__(self, board: BoardServices) -> None:
         result = board.boot_result
         length = result.length if result else 0
         digest = hashlib.sha256(bytes(board.sram.data[:length])).hexdigest()[:16]
@@ -56,7 +55,7 @@ def default_personality() -> str:
     return "maixpy"
 
 
-def make_personality(name: str | None, board: VirtualBoard) -> Personality:
+def make_personality(name: str | None, board: BoardServices) -> Personality:
     """Instantiate the personality called ``name`` (None: the default) for ``board``."""
     name = name or default_personality()
     if name == "silent":

@@ -21,18 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kflashpy.isp.frames import ROM_MAX_CHUNK, RomOp, Status, parse_request
 from kflashpy.isp.slip import SlipDecoder, encode
 
 from ..target import k210
 from .memory import GENERAL_SRAM_END, ROM_DATA, SRAM_ALIAS, SRAM_BASE, SRAM_SIZE
+from .parts import BoardServices, BootResult
 from .periph import ROM_CPU_HZ
-
-if TYPE_CHECKING:
-    from .board import VirtualBoard
 
 ROM_CLOCK = ROM_CPU_HZ  # UARTHS runs from the CPU clock the ROM set up
 ISP_BAUD = k210.ROM_BAUD
@@ -59,22 +55,10 @@ def rom_writable(address: int, size: int) -> bool:
     return False
 
 
-@dataclass
-class BootResult:
-    """Outcome of a normal boot attempt: ``ok`` or the reason it fell back to ISP."""
-
-    ok: bool
-    reason: str
-    duration: float = 0.0
-    encrypted: bool = False
-    length: int = 0
-    hang: bool = False  # the ROM jumped into an image it could not decrypt
-
-
 class MaskRom:
     """ISP command interpreter and flash boot loader of one board."""
 
-    def __init__(self, board: VirtualBoard) -> None:
+    def __init__(self, board: BoardServices) -> None:
         self.board = board
         self._decoder = SlipDecoder()
         self.div = uarths_div(ROM_CLOCK, ISP_BAUD)
