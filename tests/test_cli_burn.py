@@ -61,3 +61,9 @@ def test_bad_reset_sequence_is_an_input_error(capsys):
 def test_ports_json(capsys):
     assert main(["--json", "ports"]) == 0
     assert isinstance(_json(capsys)["result"]["ports"], list)
+
+
+def test_burn_help_says_how_the_default_flasher_verifies(capsys):
+    assert main(["burn", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "SHA-256 computed on the board" in text and "--stub kflash" in text

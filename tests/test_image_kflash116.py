@@ -126,7 +126,7 @@ REAL_MANIFESTS = {
         },
     ),
     # sipeed/MaixPy-v1_scripts machine_vision/models/face_model_at_0x300000.kfpkg, as
-    # unzipped in docs/reference (maixpy_runtime_side.md §1.2): decimal address
+    # unzipped (docs/formats.md): decimal address
     "maixpy-face_model_at_0x300000": (
         '{\n    "version": "0.1.0",\n    "files": [\n        {\n            "address": 3145728,\n'
         '            "bin": "facedetect.kmodel",\n            "sha256Prefix": false\n        }\n'

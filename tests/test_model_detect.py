@@ -1,4 +1,4 @@
-"""kmodel header recognition (contract C)."""
+"""kmodel header recognition (kflashpy.model.detect)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The KPU emulation against a slow, obviously-correct scalar reference.
 
 The reference below is written independently of ``kflashpy.runtime.kpu`` from the
-prose of kmodel_formats.md §3.3-§3.4: plain Python integers, one output element at a
+prose of docs/runtime.md ("KPU arithmetic"): plain Python integers, one output element at a
 time, every register field read from the 96 bytes with explicit shifts. The test builds
 small V3 kmodels in memory (random KPU conv layers, chained through KPU RAM) and runs
 them through ``kflashpy.runtime.load``.

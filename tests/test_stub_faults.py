@@ -1,7 +1,7 @@
 """The client issue's fault-injection cases, with kflashpy's flasher on the board.
 
 Corrupted and dropped bytes in either direction must never end in a success with wrong
-bytes (disconnect and Ctrl-C run for both flashers in test_isp_sim_burn.py); with this flasher they must end in a success (every frame and reply is CRC-checked
+bytes (disconnect and Ctrl-C run for both flashers in test_isp_burn_kflash116_stub.py); with this flasher they must end in a success (every frame and reply is CRC-checked
 and resent), verified by the on-board SHA-256.
 """
 

@@ -117,9 +117,10 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
     kflashpy burn --firmware maixpy.bin 0x300000 model.kmodel
     kflashpy burn app_with_model.kfpkg
 
-    The layout check runs before the port is opened. Every frame is CRC-checked by the
-    board and acknowledged; the kflash flasher cannot read flash back, so that is all
-    that is verified (said so in the result).
+    The layout check runs before the port is opened. The default flasher (kflashpy's own)
+    skips sectors that already hold the data and verifies every region by a SHA-256
+    computed on the board. With --stub kflash, frames are only CRC-checked and
+    acknowledged (that flasher cannot read flash back); the result says which was done.
     """
     files, kfpkg = _inputs(args, addr) if args else ([], None)
     plan = api.plan_burn(

@@ -624,12 +624,6 @@ class KfpyStage2(Stage2):
                     window, streak = full_window, 0
         self._written.add((address, total))
 
-    def write_compressed(
-        self, address: int, data: bytes, progress: ProgressFn | None = None
-    ) -> None:
-        """Every write is compressed where that helps; same as :meth:`write`."""
-        self.write(address, data, progress)
-
     # --- erase, reboot ------------------------------------------------------------------
     def erase(self, address: int, size: int, progress: ProgressFn | None = None) -> None:
         check_sector_range(address, size, "erase")

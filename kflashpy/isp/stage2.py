@@ -148,12 +148,6 @@ class Stage2(ABC):
         self._require(CAP_IDENTIFY, "identify the flash chip")
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def write_compressed(
-        self, address: int, data: bytes, progress: ProgressFn | None = None
-    ) -> None:
-        self._require(CAP_COMPRESSED_WRITE, "write compressed data")
-        raise AssertionError("unreachable")  # pragma: no cover
-
 
 def check_sector_range(address: int, size: int, what: str) -> None:
     """Erase ranges must start and end on 4 KiB sectors."""

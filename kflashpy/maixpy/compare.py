@@ -3,8 +3,8 @@
 The board loads the model the way the user's script will (``kpu.load(addr)``,
 ``kpu.load_flash(addr, ...)`` or ``kpu.load(path)``), receives the identical input
 (RGB565 bytes written into ``image.Image.to_bytes()`` followed by ``pix_to_ai()``, or
-a float32 list for float-input models, maixpy_runtime_side.md §5.2) and sends every
-output back as raw bytes (printed floats lose digits, §4.2). The host runtime runs the
+a float32 list for float-input models; docs/compare.md, "What is compared") and sends
+every output back as raw bytes (printed floats lose digits). The host runtime runs the
 same input; each output is then compared element by element (NCHW, as both store it).
 For V3 models a mismatch can be bisected to the first differing layer with
 ``kpu.set_layers``.
@@ -31,7 +31,7 @@ from .repl import MaixPyRepl, chunks, py_bytes, py_str
 INPUT_BLOCK = 1536
 #: how many mismatching positions a report lists
 FIRST_N = 5
-#: load_flash arguments used by the official demo (maixpy_runtime_side.md §1.1)
+#: load_flash arguments used by the official demo (docs/compare.md, "What is compared")
 LOAD_FLASH_ARGS = "1,0xC000,60000000"
 #: seconds a model run may take on the board before the driver gives up
 RUN_TIMEOUT = 60.0

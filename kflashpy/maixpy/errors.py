@@ -1,8 +1,8 @@
 """MaixPy's KPU error codes and what usually causes them, and the errors the driver raises.
 
 MaixPy reports model failures as ``ValueError: [MAIXPY]kpu: load error:2002, ...``
-(``sipeed_kpu_err_t``, maixpy_runtime_side.md §7). The message alone rarely tells a
-user what to do; the table below adds the cause users actually hit (§6), so a
+(``sipeed_kpu_err_t``, docs/compare.md "Errors from the board"). The message alone rarely tells a
+user what to do; the table below adds the cause users actually hit, so a
 traceback from the board becomes a one-line error with a hint.
 """
 
@@ -23,7 +23,7 @@ class KpuCode:
     cause: str
 
 
-#: code -> name and likely cause (maixpy_runtime_side.md §6, §7)
+#: code -> name and likely cause (docs/compare.md, "Errors from the board")
 KPU_ERRORS: dict[int, KpuCode] = {
     c.code: c
     for c in (

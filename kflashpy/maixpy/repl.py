@@ -1,7 +1,7 @@
 """A raw-REPL driver for MaixPy (MicroPython v1.11 on the K210).
 
 MaixPy's REPL differs from the boards mpremote/pyboard.py are written for
-(maixpy_runtime_side.md §4, anchors_style.md §2.3), and the driver is built around
+(docs/compare.md, "How the REPL driver works"), and the driver is built around
 those differences:
 
 - no raw-paste mode and no flow control, a 2 KiB receive ring: code is sent in small

@@ -1,6 +1,6 @@
 """Host reference runtime: run K210 kmodels (V3, V4, V5) on the host with NumPy.
 
-The KPU arithmetic is bit-exact with the hardware model of kmodel_formats.md §3 (see
+The KPU arithmetic is bit-exact with the hardware model in docs/runtime.md, "KPU arithmetic" (see
 :mod:`.kpu`); CPU ops follow the runtime that executes them on the board, quirks
 included. Usage::
 

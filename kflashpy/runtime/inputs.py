@@ -1,7 +1,7 @@
 """Model inputs: images to the exact bytes the KPU reads, and raw tensors from files.
 
-On MaixPy an image reaches the KPU through ``img.pix_to_ai()`` (maixpy_runtime_side.md
-§5.2): the RGB565 frame buffer is expanded with the firmware tables ``rb528``/``g628``
+On MaixPy an image reaches the KPU through ``img.pix_to_ai()`` (docs/compare.md,
+"What is compared"): the RGB565 frame buffer is expanded with the firmware tables ``rb528``/``g628``
 into planar R, G, B u8 planes. A host RGB888 image therefore first loses its low bits
 (RGB565 quantisation, rounding like ``COLOR_R8_G8_B8_TO_RGB565``) and is then expanded,
 so the host feeds the model the very bytes the board would. ``mode="rgb888"`` skips the

@@ -1,6 +1,6 @@
 """The K210 KPU as the host sees it: its 2 MiB RAM and the arithmetic of one conv layer.
 
-Everything here follows kmodel_formats.md §3 (register fields, row layout, integer
+Everything here follows docs/runtime.md, "KPU arithmetic" (register fields, row layout, integer
 arithmetic). The functions are pure over already-decoded fields so that the V3, V4 and
 V5 interpreters share one implementation and the randomised test can check it against an
 independent scalar reference.

@@ -1,6 +1,6 @@
 """Interpreter for kmodel V3 (nncase v0.1 / MaixPy), following the SDK's ``kpu.c``.
 
-Memory model (kmodel_formats.md §4.4): one main buffer of ``main_mem_usage`` bytes that
+Memory model (docs/runtime.md, "Memory model"): one main buffer of ``main_mem_usage`` bytes that
 layers address by byte offset, plus the 2 MiB KPU RAM addressed in 64-byte rows. Layers
 run in file order and read/write those bytes exactly where the device does, so stale
 bytes left by one layer are visible to the next as on the board (K210_ADD_PADDING).

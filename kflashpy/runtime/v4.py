@@ -1,5 +1,5 @@
 """Interpreter for kmodel V4 (nncase v0.2), following the nncase 0.2 / SDK ``lib/nncase/v0``
-runtime (kmodel_formats.md §5).
+runtime (layouts: docs/kmodel.md, "V4 (nncase v0.2)").
 
 Memory model: three byte regions addressed by ``memory_range`` — the constants blob,
 main memory (``main_mem`` bytes) and the 2 MiB KPU RAM — and every node reads and writes

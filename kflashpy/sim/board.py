@@ -33,7 +33,7 @@ _IDLE_STEP = 0.05  # how far a stage with nothing scheduled advances per loop
 
 
 class VirtualBoard:
-    """One K210 board with its flash chip and USB-serial wiring (contract B)."""
+    """One K210 board with its flash chip and USB-serial wiring."""
 
     def __init__(self, config: BoardConfig | None = None) -> None:
         self.config = config or BoardConfig()

@@ -6,7 +6,7 @@ plus the time peripherals stall the CPU (SPI transfers). Between slices the boar
 delivers UART bytes that have arrived and raises interrupts.
 
 unicorn never performs RISC-V trap entry and cannot raise MEIP/MTIP (issues #2402,
-#1854), so this module does it, as documented in k210_hardware_emulation.md §5:
+#1854), so this module does it, as docs/simulator.md ("The core and the peripherals") describes:
 
 * ``ecall`` (and other synchronous exceptions) -> mepc/mcause/mstatus updated, PC = mtvec;
 * external (PLIC), timer (CLINT mtimecmp) and software (msip) interrupts are taken between

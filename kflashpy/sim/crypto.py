@@ -1,4 +1,4 @@
-"""The SHA256 and AES accelerators (k210_hardware_emulation.md §2.6–§2.7).
+"""The SHA256 and AES accelerators (docs/simulator.md, "The core and the peripherals").
 
 SHA256: software pads the message and tells the engine how many 64-byte blocks follow
 (``sha_num_reg.data_cnt``); it then writes 32-bit words to ``sha_data_in1`` and reads the

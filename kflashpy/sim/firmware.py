@@ -1,6 +1,6 @@
 """What answers on the UART after the ROM booted a valid firmware image from flash.
 
-The board hands the serial line to a *personality* (contract B): an object with
+The board hands the serial line to a *personality*: an object with
 ``on_host_bytes(data, now)`` and ``poll(now) -> bytes``. ``"maixpy"`` is the MaixPy REPL
 model in :mod:`kflashpy.sim.maixpy_personality` (when installed); ``"silent"`` is a
 firmware that prints one boot banner and then ignores its input.

@@ -1,8 +1,8 @@
 """A MaixPy personality for the virtual K210: what the UART says after MaixPy boots.
 
 The virtual board hands its UART to this object after a normal boot of a valid
-firmware image (CONTRACTS.md B: ``on_host_bytes(data, now)``, ``poll(now) -> bytes``).
-It answers like MaixPy's MicroPython v1.11 REPL (maixpy_runtime_side.md §4): the boot
+firmware image (a :class:`kflashpy.sim.firmware.Personality`: ``on_host_bytes(data, now)``,
+``poll(now) -> bytes``). It answers like MaixPy's MicroPython v1.11 REPL (docs/compare.md): the boot
 log with ``[MaixPy] init end`` and the 200 ms Ctrl-C window, the friendly and raw REPL
 (no raw-paste), MaixPy's soft reboot that re-runs ``boot.py``, a ``boot.py`` that loops
 or traps Ctrl-C, a 2 KiB receive ring that drops what overflows, and a
@@ -411,7 +411,7 @@ class _Hash:
 
 
 class MaixPyPersonality:
-    """MaixPy's REPL on the virtual board's UART (CONTRACTS.md B personality hook)."""
+    """MaixPy's REPL on the virtual board's UART (a :class:`~kflashpy.sim.firmware.Personality`)."""
 
     def __init__(self, board, options: dict[str, str] | None = None) -> None:
         self.board = board
@@ -435,7 +435,7 @@ class MaixPyPersonality:
         self._module_table: dict | None = None
         self._boot(now, after="friendly", soft=False)
 
-    # --- contract B ------------------------------------------------------------------------
+    # --- the Personality protocol ------------------------------------------------------------------------
 
     def on_host_bytes(self, data: bytes, now: float) -> None:
         """Bytes from the host: into the 2 KiB ring (ignored before the REPL UART is up)."""

@@ -1,6 +1,6 @@
 """K210 system peripherals: SYSCTL, FPIOA, CLINT, PLIC and plain register files.
 
-Each model is a small class with a register map (k210_hardware_emulation.md §1–§2) and
+Each model is a small class with a register map (docs/simulator.md, "The core and the peripherals") and
 ``read(offset, size) -> int`` / ``write(offset, size, value)`` hooks that the core maps
 into the guest address space. Sub-word accesses are allowed everywhere because the SDK
 writes bit-fields with byte and half-word stores.

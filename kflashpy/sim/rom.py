@@ -2,7 +2,7 @@
 
 The ROM is part of the hardware, so it is modelled here; anything it boots (a stage-2
 flasher, a RAM program) runs on the emulated core. Behaviour follows the hardware reference
-(k210_hardware_emulation.md §3, kflash_protocol.md §2):
+(docs/simulator.md "The mask ROM", docs/protocol.md §4):
 
 * ISP: SLIP frames on UARTHS at 115200 8N1. ``C2`` NOP (any length, CRC not checked, so
   the 13-byte legacy greeting works) -> ``C2 E0``; ``C3`` memory write (CRC-32 checked ->

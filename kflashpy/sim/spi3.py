@@ -1,6 +1,6 @@
 """SPI3 (DesignWare APB SSI, K210 "SPI3" register layout), hard-wired to the NOR flash.
 
-Transaction model (k210_hardware_emulation.md §2.5): a transaction is everything between
+Transaction model (docs/simulator.md, "The core and the peripherals"): a transaction is everything between
 SER≠0 with SSIENR=1 and SER=0 or SSIENR=0; chip select follows it. Frames pushed to DR
 before the slave is selected wait in the TX FIFO and go out at selection. The TX FIFO
 drains at once (TXFLR=0, TFE=1); RX data of EEPROM-read/RX-only transfers is generated

@@ -2,8 +2,8 @@
 
 A UART that the FPIOA routes to IO4 receives what the host sends, at the rate its own
 divisor gives (a mismatch with the host's rate yields garbage); one routed to IO5 puts
-bytes on the wire to the host. Register behaviour follows k210_hardware_emulation.md
-§2.1–§2.2, including the K210 DW UART quirks: with IER.PTIME set, LSR bit 5 means "TX FIFO
+bytes on the wire to the host. Register behaviour follows docs/simulator.md
+("The core and the peripherals"), including the K210 DW UART quirks: with IER.PTIME set, LSR bit 5 means "TX FIFO
 full" (never, here: the wire takes bytes at once and paces them), and the divisor has a
 fractional part (DLF), so ``baud = f_APB0 / (4096*DLH + 16*DLL + DLF)``.
 """

@@ -83,10 +83,6 @@ class Wire:
         else:
             self.next_at = math.inf
 
-    def next_arrival(self) -> float | None:
-        """Arrival time of the next undelivered byte, or None when nothing is in flight."""
-        return self.next_at if self._segments else None
-
     def arrival_of(self, count: int) -> float | None:
         """Arrival time of the ``count``-th undelivered byte (1-based), None if not queued."""
         for seg in self._segments:

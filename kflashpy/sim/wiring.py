@@ -2,8 +2,8 @@
 
 pyserial's ``dtr=True``/``rts=True`` assert the line, which is TTL low on the USB-UART
 chips these boards carry. RESET is active low, and IO16 low at the moment the mask ROM
-samples it selects ISP mode. Known wirings (see docs/simulator.md and the protocol
-reference §4):
+samples it selects ISP mode. Known wirings (see docs/simulator.md, "Reset wiring", and
+docs/formats.md, "Where the board data comes from"):
 
 * ``rts-reset`` — RTS drives RESET, DTR drives IO16 (kflash "dan": Maix Bit/Dock, M1).
 * ``dtr-reset`` — DTR drives RESET, RTS drives IO16 (kflash "kd233"/"goE": KD233,
@@ -93,8 +93,3 @@ def wiring_for(board: str, override: str | None = None) -> Wiring:
             hint=f"use one of: {', '.join(sorted(boards))} (or wiring=rts-reset|dtr-reset|...)",
         )
     return WIRINGS[name]
-
-
-def known_boards() -> list[str]:
-    """Board names the simulator accepts without an explicit wiring."""
-    return sorted(_boards())

@@ -10,7 +10,7 @@ from :class:`Board`; the layout checker reads regions and kmodel support from
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -157,12 +157,6 @@ class Firmware:
     @property
     def firmware_region(self) -> Region | None:
         return next((r for r in self.regions if r.kind == "firmware"), None)
-
-
-@dataclass
-class _Source:
-    name: str
-    doc: dict[str, Any] = field(default_factory=dict)
 
 
 def _read_toml(name: str) -> dict[str, Any]:

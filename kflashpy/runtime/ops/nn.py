@@ -2,7 +2,7 @@
 
 Float kernels compute in float32 like the K210 FPU and the nncase simulators; results
 may differ from the board by an ulp where the C compiler contracts to FMA or sums in a
-different order (kmodel_formats.md §4.6), so tests compare them with a tolerance.
+different order (docs/runtime.md, "Coverage"), so tests compare them with a tolerance.
 """
 
 from __future__ import annotations
