@@ -39,6 +39,7 @@ _LAZY: dict[str, str] = {
     "unseal_bytes": "kflashpy.model.seal",
     # the board: connect, burn, erase, load-ram, reboot
     "connect": "kflashpy.isp.connect",
+    "ConnectOptions": "kflashpy.isp.connect",
     "burn": "kflashpy.isp.api",
     "burn_plan": "kflashpy.isp.api",
     "plan_burn": "kflashpy.isp.api",

@@ -161,7 +161,7 @@ def run_demo(
             rep = compare(repl, model.read_bytes(), LoadSpec(addr=MODEL_ADDRESS), DEMO_INPUT)
         worst = max((o.max_abs or 0.0 for o in rep.outputs), default=0.0)
         verdict = "board matches host" if rep.passed else "board differs from host"
-        return rep.passed, f"{verdict} (max |diff| {worst:g})", rep.as_dict()
+        return rep.passed, f"{verdict} (max |diff| {worst:g})", rep.to_dict()
 
     step("check-layout", do_check)
     step("pack", do_pack)

@@ -88,3 +88,14 @@ def test_reboot_detects_the_wiring_and_resets_with_it(capsys):
     assert main(["--json", "-p", "sim://?board=maixduino", "-B", "auto", "reboot"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["result"]["wiring"] == "kd233" and doc["result"]["rebooted"] == "reset lines"
+
+
+def test_connect_options_are_the_one_connection_parameter():
+    import kflashpy
+    from kflashpy.isp.connect import ConnectOptions
+
+    assert ConnectOptions.of("sim://?board=kd233") == ConnectOptions(port="sim://?board=kd233")
+    opts = kflashpy.ConnectOptions("sim://?board=kd233", board="kd233")
+    assert ConnectOptions.of(opts) is opts
+    res = kflashpy.reboot(opts)
+    assert res.to_dict() == {"port": opts.port, "rebooted": "reset lines", "wiring": "kd233"}

@@ -31,4 +31,4 @@ def test_compare_on_the_board(hw_port, hw_board):
     addr = int(os.environ.get("KFLASHPY_MAIXPY_ADDR", "0x300000"), 0)
     with open(model, "rb") as f, open_repl(hw_port, reset=True, board=hw_board) as repl:
         rep = compare(repl, f.read(), LoadSpec(addr=addr), "random:1")
-    assert rep.passed, rep.as_dict()
+    assert rep.passed, rep.to_dict()

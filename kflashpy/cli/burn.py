@@ -52,9 +52,9 @@ def _trace(s: Session):
     return trace
 
 
-def _connection(s: Session, reset_seq, rom_baud, **extra) -> dict:
-    """Keyword arguments that say how to reach the board, from the global options."""
-    return dict(
+def _connection(s: Session, reset_seq, rom_baud, **extra) -> api.ConnectOptions:
+    """How to reach the board, from the global options."""
+    return api.ConnectOptions(
         port=s.port,
         board=s.board,
         reset_sequence=reset_seq,
@@ -135,7 +135,7 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
         plan,
         reboot=reboot,
         progress=progress,
-        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+        connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     warned = {f.message for f in plan.warnings}
     for note in result.notes if progress is None else ():  # else shown as they happened
@@ -169,21 +169,13 @@ def erase_cmd(s: Session, addr, size, whole, reboot, stub, reset_seq, rom_baud):
         size,
         reboot=reboot,
         progress=s.progress(),
-        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+        connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     for note in res.notes:
         s.info(note)
     what = "whole chip" if whole else f"{fmt_size(size)} at {fmt_addr(addr)}"
     s.out(f"erased {what} ({res.method}) in {res.seconds:.2f} s")
-    s.result = {
-        "port": res.port,
-        "address": addr,
-        "size": size,
-        "all": whole,
-        "method": res.method,
-        "seconds": round(res.seconds, 4),
-        "rebooted": res.rebooted or None,
-    }
+    s.result = res.to_dict()
 
 
 @click.command("load-ram")
@@ -202,17 +194,12 @@ def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
     if not Path(program).is_file():
         raise InputError(f"{program}: no such file")
     res = api.load_ram(
-        program, address=addr, progress=s.progress(), **_connection(s, reset_seq, rom_baud)
+        program, address=addr, progress=s.progress(), connection=_connection(s, reset_seq, rom_baud)
     )
     for note in res.notes:
         s.info(note)
     s.out(f"loaded {fmt_size(res.size)} in {res.seconds:.2f} s; running from {fmt_addr(res.entry)}")
-    s.result = {
-        "port": res.port,
-        "entry": res.entry,
-        "size": res.size,
-        "seconds": round(res.seconds, 4),
-    }
+    s.result = res.to_dict()
 
 
 @click.command("reboot")
@@ -220,11 +207,11 @@ def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
 @click.pass_obj
 def reboot_cmd(s: Session, reset_seq):
     """Reset the board into its flashed program."""
-    res = api.reboot(port=s.port, board=s.board, reset_sequence=reset_seq, trace=_trace(s))
+    res = api.reboot(api.ConnectOptions(s.port, s.board, reset_sequence=reset_seq, trace=_trace(s)))
     for note in res.notes:
         s.info(note)
     s.out(f"rebooted ({res.how})" if res.how != "manual" else "press the board's RESET button")
-    s.result = {"port": res.port, "rebooted": res.how, "wiring": res.wiring}
+    s.result = res.to_dict()
 
 
 @click.command("ports")

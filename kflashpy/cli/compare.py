@@ -160,7 +160,7 @@ def register(group: click.Group) -> None:
                 host_options=options,
                 progress=s.progress(),
             )
-        s.result = rep.as_dict()
+        s.result = rep.to_dict()
         s.out(
             f"{model} (kmodel V{rep.version}) via {rep.load}, input {rep.input} ({rep.input_kind})"
         )
@@ -223,7 +223,7 @@ def register(group: click.Group) -> None:
 
         with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             info = board_info(repl)
-        s.result = info.as_dict()
+        s.result = info.to_dict()
         s.table(
             ["field", "value"],
             [
@@ -281,7 +281,7 @@ def verify_via_repl(
     s.result = {
         "ok": all(r.match for _, r in results),
         "method": "repl",
-        "regions": [{"file": name, **r.as_dict()} for name, r in results],
+        "regions": [{"file": name, **r.to_dict()} for name, r in results],
     }
     bad = [f"{name} at {fmt_addr(r.address)}" for name, r in results if not r.match]
     if bad:

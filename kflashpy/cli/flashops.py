@@ -40,7 +40,7 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
         size,
         output=output,
         progress=s.progress(),
-        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+        connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     s.out(
         f"read {fmt_size(size)} at {fmt_addr(addr)} into {output} in {res.seconds:.2f} s "
@@ -74,7 +74,7 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
     res = flashops.verify_flash(
         pairs(args),
         progress=s.progress(),
-        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+        connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     rows = [
         [r.label, fmt_addr(r.address), fmt_size(r.size), "ok" if r.ok else "MISMATCH", r.method]
@@ -97,7 +97,8 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
 def flash_id_cmd(s: Session, stub, reset_seq, rom_baud):
     """Show the flash chip's JEDEC id, size and unique id."""
     res = flashops.flash_id(
-        progress=s.progress(), **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
+        progress=s.progress(),
+        connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     s.out(
         f"flash: {res.manufacturer} JEDEC 0x{res.jedec_id:06X}, {fmt_size(res.size)}, "

@@ -5,13 +5,17 @@ session use :func:`kflashpy.connect` and the ``*_on`` functions of
 :mod:`kflashpy.isp.burn`. Examples::
 
     import kflashpy
-    result = kflashpy.burn([(0x300000, "model.kmodel")], port="/dev/ttyUSB0", board="maix-bit")
+    board = kflashpy.ConnectOptions("/dev/ttyUSB0", board="maix-bit")
+    result = kflashpy.burn([(0x300000, "model.kmodel")], connection=board)
     for region in result.regions:
         print(region.summary())
 
-    kflashpy.burn(kfpkg="maixpy_with_model.kfpkg", port="sim://?board=maix-bit")
-    kflashpy.erase(0xD00000, 0x300000, port="/dev/ttyUSB0")
-    kflashpy.load_ram("hello.elf", port="/dev/ttyUSB0")
+    kflashpy.burn(kfpkg="maixpy_with_model.kfpkg", connection="sim://?board=maix-bit")
+    kflashpy.erase(0xD00000, 0x300000, connection="/dev/ttyUSB0")
+    kflashpy.load_ram("hello.elf", connection="/dev/ttyUSB0")
+
+``connection`` is a :class:`~kflashpy.isp.connect.ConnectOptions`, a port name, or None
+(auto-detect the port, detect the wiring).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError, LayoutError
 from ..image.kfpkg import read_kfpkg
@@ -28,11 +33,9 @@ from ..progress import ProgressFn
 from ..target import k210
 from ..target.boards import Board, Firmware
 from .burn import BurnResult, WriteRegion, burn_on, erase_on
-from .connect import connect, open_device
+from .connect import Connection, ConnectOptions
 from .connect import load_ram as load_ram_on
-from .link import TraceFn
 from .ramimage import RamImage, load_ram_image
-from .stage2 import StubProgram
 
 Source = str | os.PathLike[str] | bytes
 
@@ -89,108 +92,77 @@ def regions_of(plan: FlashPlan) -> list[WriteRegion]:
     return [WriteRegion(r.address, r.write, r.label) for r in plan.writes]
 
 
-@dataclass
-class ConnectOptions:
-    """How to reach the board (the CLI's global options, as one value)."""
-
-    port: str | None = None
-    board: str | Board | None = None
-    baud: int | None = None
-    stub: str | StubProgram | None = None
-    reset_sequence: str | None = None
-    rom_baud: int | None = None
-    trace: TraceFn | None = field(default=None, repr=False)
-
-
 def burn(
     files: Sequence[tuple[int, Source]] = (),
     *,
     kfpkg: str | os.PathLike[str] | bytes | None = None,
     firmware: Source | None = None,
-    port: str | None = None,
-    board: str | Board | None = None,
+    connection: Connection = None,
     layout: Firmware | str | None = None,
-    baud: int | None = None,
-    stub: str | StubProgram | None = None,
-    reset_sequence: str | None = None,
-    rom_baud: int | None = None,
     reboot: bool = True,
     force: bool = False,
     progress: ProgressFn | None = None,
-    trace: TraceFn | None = None,
 ) -> BurnResult:
     """Check, then burn files and/or a kfpkg to a board; returns per-region results.
 
-    The layout check (:func:`plan_burn`) runs before the port is opened. See
-    :func:`kflashpy.connect` for ``port``, ``board``, ``baud``, ``stub``,
-    ``reset_sequence`` and ``rom_baud``.
+    The layout check (:func:`plan_burn`, against the connection's board) runs before the
+    port is opened.
     """
-    plan = plan_burn(files, kfpkg=kfpkg, firmware=firmware, board=board, layout=layout, force=force)
-    return burn_plan(
-        plan,
-        port=port,
-        board=board,
-        baud=baud,
-        stub=stub,
-        reset_sequence=reset_sequence,
-        rom_baud=rom_baud,
-        reboot=reboot,
-        progress=progress,
-        trace=trace,
+    opts = ConnectOptions.of(connection)
+    plan = plan_burn(
+        files, kfpkg=kfpkg, firmware=firmware, board=opts.board, layout=layout, force=force
     )
+    return burn_plan(plan, opts, reboot=reboot, progress=progress)
 
 
 def burn_plan(
     plan: FlashPlan,
+    connection: Connection = None,
     *,
     reboot: bool = True,
     progress: ProgressFn | None = None,
-    **connect_options,
 ) -> BurnResult:
-    """Burn an already checked plan (see :func:`plan_burn`); connect options as :func:`burn`."""
-    with _connected(ConnectOptions(**connect_options), progress) as dev:
+    """Burn an already checked plan (see :func:`plan_burn`)."""
+    with ConnectOptions.of(connection).connect(progress) as dev:
         result = burn_on(dev, regions_of(plan), reboot=reboot, progress=progress)
     result.notes += [f.message for f in plan.warnings]
     return result
 
 
-def _connected(opts: ConnectOptions, progress: ProgressFn | None):
-    return connect(
-        opts.port,
-        board=opts.board,
-        baud=opts.baud,
-        stub=opts.stub,
-        reset_sequence=opts.reset_sequence,
-        rom_baud=opts.rom_baud,
-        progress=progress,
-        trace=opts.trace,
-    )
-
-
 @dataclass
 class EraseResult:
     port: str
-    address: int | None
+    address: int | None  # None: the whole chip
     size: int | None
     method: str  # "erase", "chip-erase" or "write-ff"
     seconds: float
     rebooted: str = ""
     notes: list[str] = field(default_factory=list)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "address": self.address,
+            "size": self.size,
+            "all": self.address is None,
+            "method": self.method,
+            "seconds": round(self.seconds, 4),
+            "rebooted": self.rebooted or None,
+        }
+
 
 def erase(
     address: int | None = None,
     size: int | None = None,
     *,
+    connection: Connection = None,
     reboot: bool = False,
     progress: ProgressFn | None = None,
-    **connect_options,
 ) -> EraseResult:
     """Erase ``size`` bytes at ``address`` (4 KiB multiples), or the whole chip if neither."""
     if (address is None) != (size is None):
         raise InputError("erase needs both --addr and --size, or --all")
-    opts = ConnectOptions(**connect_options)
-    with _connected(opts, progress) as dev:
+    with ConnectOptions.of(connection).connect(progress) as dev:
         start = dev.link.now()
         method = erase_on(dev, address, size, progress=progress)
         seconds = dev.link.now() - start
@@ -206,24 +178,29 @@ class LoadRamResult:
     seconds: float
     notes: list[str] = field(default_factory=list)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "entry": self.entry,
+            "size": self.size,
+            "seconds": round(self.seconds, 4),
+        }
+
 
 def load_ram(
     program: str | os.PathLike[str] | RamImage,
     *,
     address: int = k210.SRAM_BASE,
-    port: str | None = None,
-    board: str | Board | None = None,
-    reset_sequence: str | None = None,
-    rom_baud: int | None = None,
+    connection: Connection = None,
     progress: ProgressFn | None = None,
-    trace: TraceFn | None = None,
 ) -> LoadRamResult:
     """Load a program (raw binary at ``address``, or ELF) into SRAM and run it."""
     image = program if isinstance(program, RamImage) else load_ram_image(Path(program), address)
-    dev = open_device(port, board=board, reset_sequence=reset_sequence, trace=trace)
+    opts = ConnectOptions.of(connection)
+    dev = opts.open_device()
     try:
         start = dev.link.now()
-        load_ram_on(dev, image, rom_baud=rom_baud, progress=progress)
+        load_ram_on(dev, image, rom_baud=opts.rom_baud, progress=progress)
         return LoadRamResult(
             dev.port_name, image.entry, image.size, dev.link.now() - start, dev.notes
         )
@@ -238,21 +215,18 @@ class RebootResult:
     wiring: str
     notes: list[str] = field(default_factory=list)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"port": self.port, "rebooted": self.how, "wiring": self.wiring}
 
-def reboot(
-    *,
-    port: str | None = None,
-    board: str | Board | None = None,
-    reset_sequence: str | None = None,
-    trace: TraceFn | None = None,
-) -> RebootResult:
+
+def reboot(connection: Connection = None) -> RebootResult:
     """Reset the board into its flashed program.
 
-    The board is first brought into ISP, which proves it is there and, with
-    ``board=None``, tells which reset wiring it has; then that wiring's run sequence
-    is played with BOOT released ("manual" when the wiring cannot reset the board).
+    The board is first brought into ISP, which proves it is there and, with no board
+    given, tells which reset wiring it has; then that wiring's run sequence is played
+    with BOOT released ("manual" when the wiring cannot reset the board).
     """
-    dev = open_device(port, board=board, reset_sequence=reset_sequence, trace=trace)
+    dev = ConnectOptions.of(connection).open_device()
     try:
         how = dev.reboot()
         wiring = dev.reset_plan.name if dev.reset_plan else ""

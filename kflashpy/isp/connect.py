@@ -255,3 +255,51 @@ def connect(
         yield dev
     finally:
         dev.close()
+
+
+@dataclass
+class ConnectOptions:
+    """How to reach a board: the one connection parameter of every one-call operation
+    (:func:`kflashpy.burn`, ``erase``, ``load_ram``, ``reboot``, ``read_flash``...).
+
+    Fields as :func:`connect` documents them. Those operations also take a plain port
+    name or None (auto-detect) where a ``ConnectOptions`` is expected.
+    """
+
+    port: str | None = None
+    board: str | boards.Board | None = None
+    baud: int | None = None
+    stub: str | StubProgram | None = None
+    reset_sequence: str | None = None
+    rom_baud: int | None = None
+    trace: TraceFn | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, connection: Connection) -> ConnectOptions:
+        """``connection`` as options (a port name or None becomes ``ConnectOptions(port)``)."""
+        return connection if isinstance(connection, ConnectOptions) else cls(port=connection)
+
+    def connect(
+        self, progress: ProgressFn | None = None
+    ) -> contextlib.AbstractContextManager[Device]:
+        """:func:`connect` with these options: ISP entry, then the flasher running."""
+        return connect(
+            self.port,
+            board=self.board,
+            baud=self.baud,
+            stub=self.stub,
+            reset_sequence=self.reset_sequence,
+            rom_baud=self.rom_baud,
+            progress=progress,
+            trace=self.trace,
+        )
+
+    def open_device(self) -> Device:
+        """:func:`open_device` with these options: the board in ISP mode, no flasher."""
+        return open_device(
+            self.port, board=self.board, reset_sequence=self.reset_sequence, trace=self.trace
+        )
+
+
+#: what the one-call operations accept as their connection
+Connection = ConnectOptions | str | None

@@ -5,8 +5,8 @@ therefore ``"kflashpy"`` whatever the burn default is. Each function opens the p
 does its job and closes it::
 
     import kflashpy.isp.flashops as ops
-    ops.read_flash(0x300000, 0x10000, output="model.bin", port="sim://?board=maix-bit")
-    result = ops.verify_flash([(0x300000, "model.kmodel")], port="/dev/ttyUSB0")
+    ops.read_flash(0x300000, 0x10000, output="model.bin", connection="sim://?board=maix-bit")
+    result = ops.verify_flash([(0x300000, "model.kmodel")], connection="/dev/ttyUSB0")
     print(result.ok, [r.label for r in result.mismatches])
 """
 
@@ -23,15 +23,11 @@ from typing import Any
 from ..errors import InputError
 from ..progress import ProgressFn
 from ..units import fmt_addr
-from .connect import connect
+from .connect import Connection, ConnectOptions
 from .stage2 import CAP_HASH, CAP_IDENTIFY, CAP_READ, Stage2
 
 #: JEDEC manufacturer bytes of the flash chips found on K210 boards
 MANUFACTURERS = {0xEF: "Winbond", 0xC8: "GigaDevice", 0x20: "Micron/XMC", 0x85: "Puya"}
-
-
-def _connect(options: dict[str, Any], progress: ProgressFn | None):
-    return connect(progress=progress, **options)
 
 
 def _check_range(address: int, size: int, flash_size: int | None) -> None:
@@ -92,11 +88,11 @@ def read_flash(
     size: int,
     *,
     output: str | os.PathLike[str] | None = None,
+    connection: Connection = None,
     progress: ProgressFn | None = None,
-    **connect_options: Any,
 ) -> ReadResult:
     """Read ``size`` bytes at ``address``; the board's SHA-256 of the range checks them."""
-    with _connect(connect_options, progress) as dev:
+    with ConnectOptions.of(connection).connect(progress) as dev:
         s2 = dev.require_stage2()
         s2._require(CAP_READ, "read flash")
         _check_range(address, size, _flash_size(s2))
@@ -182,8 +178,8 @@ def _source(address: int, source: str | os.PathLike[str] | bytes) -> tuple[str, 
 def verify_flash(
     files: Sequence[tuple[int, str | os.PathLike[str] | bytes]],
     *,
+    connection: Connection = None,
     progress: ProgressFn | None = None,
-    **connect_options: Any,
 ) -> VerifyResult:
     """Compare flash with files, region by region (on-board SHA-256, else read-back).
 
@@ -192,7 +188,7 @@ def verify_flash(
     items = [(address, *_source(address, src)) for address, src in files]
     if not items:
         raise InputError("nothing to verify", "give ADDR FILE pairs")
-    with _connect(connect_options, progress) as dev:
+    with ConnectOptions.of(connection).connect(progress) as dev:
         s2 = dev.require_stage2()
         if not s2.has(CAP_HASH):
             s2._require(CAP_READ, "verify flash")
@@ -233,9 +229,9 @@ class FlashIdResult:
         }
 
 
-def flash_id(*, progress: ProgressFn | None = None, **connect_options: Any) -> FlashIdResult:
+def flash_id(*, connection: Connection = None, progress: ProgressFn | None = None) -> FlashIdResult:
     """JEDEC id, size and unique id of the flash chip, and what the flasher reports."""
-    with _connect(connect_options, progress) as dev:
+    with ConnectOptions.of(connection).connect(progress) as dev:
         s2 = dev.require_stage2()
         info = s2.identify()
         details: dict[str, Any] = {}

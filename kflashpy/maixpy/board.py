@@ -96,7 +96,7 @@ class VerifyResult:
     sha256_board: str
     match: bool
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -118,7 +118,7 @@ class BoardInfo:
     heap_free: int
     kmodel_v4: bool
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 

@@ -219,7 +219,7 @@ class OutputDiff:
     passed: bool
     problem: str = ""  # set when the board's bytes cannot be compared at all
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -295,7 +295,7 @@ class BisectResult:
     diff: OutputDiff
     steps: int
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -313,7 +313,7 @@ class CompareReport:
     notes: list[str] = field(default_factory=list)
     bisect: BisectResult | None = None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 

@@ -314,7 +314,7 @@ class VirtualBoard:
             "garbled_in": self.to_board.bytes_garbled,
             "resets": self.resets,
             "rom": {"frames": self.rom.frames, "refused": self.rom.refused},
-            "flash": self.flash.stats.as_dict(),
+            "flash": self.flash.stats.to_dict(),
             "faults": self.faults.stats(),
         }
         if self.boot_result is not None:

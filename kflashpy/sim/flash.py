@@ -143,7 +143,7 @@ class FlashStats:
     unknown: int = 0
     last_op: str = ""
 
-    def as_dict(self) -> dict[str, int | str]:
+    def to_dict(self) -> dict[str, int | str]:
         return asdict(self)
 
 
@@ -793,5 +793,5 @@ class NorFlash:
             "unique_id": self.unique_id.hex(),
             "status": list(self._sr),
             "backing": str(self.backing) if self.backing else None,
-            "stats": self.stats.as_dict(),
+            "stats": self.stats.to_dict(),
         }
