@@ -6,13 +6,38 @@ functions never print or exit: they return typed results, raise
 callback (:mod:`kflashpy.progress`).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
+
 __version__ = "0.1.0"
 
-#: public names -> the module defining them, imported on first use so that
-#: ``import kflashpy`` stays cheap. Each area adds its own names here.
-_LAZY: dict[str, str] = {
+if TYPE_CHECKING:
+    from kflashpy.demo import run_demo
+    from kflashpy.image.api import check_layout, image_info, pack, unpack
+    from kflashpy.image.bootimage import parse_boot_image, unwrap_boot_image, wrap_boot_image
+    from kflashpy.image.kfpkg import read_kfpkg, write_kfpkg
+    from kflashpy.image.plan import FlashItem, FlashPlan, plan_flash
+    from kflashpy.isp.api import burn, burn_plan, erase, load_ram, plan_burn, reboot
+    from kflashpy.isp.burn import BurnResult, WriteRegion, burn_on, erase_on
+    from kflashpy.isp.connect import ConnectOptions, connect
+    from kflashpy.isp.flashops import flash_id, read_flash, verify_flash
+    from kflashpy.keys import load_key
+    from kflashpy.maixpy.board import board_info
+    from kflashpy.maixpy.compare import LoadSpec, compare
+    from kflashpy.maixpy.repl import MaixPyRepl, open_repl
+    from kflashpy.model.detect import detect_kmodel
+    from kflashpy.model.dispatch import parse_kmodel
+    from kflashpy.model.info import model_info
+    from kflashpy.model.prep import prep_flash
+    from kflashpy.model.seal import seal_bytes, unseal_bytes
+    from kflashpy.target.boards import get_board, get_firmware, load_boards, load_firmwares
+
+#: public name -> the module defining it, imported on first use (kflashpy/_lazy.py)
+EXPORTS: dict[str, str] = {
     "run_demo": "kflashpy.demo",
-    # images, packages and layouts
     "wrap_boot_image": "kflashpy.image.bootimage",
     "unwrap_boot_image": "kflashpy.image.bootimage",
     "parse_boot_image": "kflashpy.image.bootimage",
@@ -30,14 +55,12 @@ _LAZY: dict[str, str] = {
     "get_board": "kflashpy.target.boards",
     "get_firmware": "kflashpy.target.boards",
     "load_key": "kflashpy.keys",
-    # kmodels: detect, parse, describe, load_flash preparation, sealing
     "detect_kmodel": "kflashpy.model.detect",
     "parse_kmodel": "kflashpy.model.dispatch",
     "model_info": "kflashpy.model.info",
     "prep_flash": "kflashpy.model.prep",
     "seal_bytes": "kflashpy.model.seal",
     "unseal_bytes": "kflashpy.model.seal",
-    # the board: connect, burn, erase, load-ram, reboot
     "connect": "kflashpy.isp.connect",
     "ConnectOptions": "kflashpy.isp.connect",
     "burn": "kflashpy.isp.api",
@@ -50,11 +73,9 @@ _LAZY: dict[str, str] = {
     "erase_on": "kflashpy.isp.burn",
     "WriteRegion": "kflashpy.isp.burn",
     "BurnResult": "kflashpy.isp.burn",
-    # flash read-back through kflashpy's own flasher
     "read_flash": "kflashpy.isp.flashops",
     "verify_flash": "kflashpy.isp.flashops",
     "flash_id": "kflashpy.isp.flashops",
-    # MaixPy side: REPL driver and board-vs-host comparison
     "open_repl": "kflashpy.maixpy.repl",
     "MaixPyRepl": "kflashpy.maixpy.repl",
     "compare": "kflashpy.maixpy.compare",
@@ -62,17 +83,51 @@ _LAZY: dict[str, str] = {
     "board_info": "kflashpy.maixpy.board",
 }
 
+__all__ = [
+    "BurnResult",
+    "ConnectOptions",
+    "FlashItem",
+    "FlashPlan",
+    "LoadSpec",
+    "MaixPyRepl",
+    "WriteRegion",
+    "board_info",
+    "burn",
+    "burn_on",
+    "burn_plan",
+    "check_layout",
+    "compare",
+    "connect",
+    "detect_kmodel",
+    "erase",
+    "erase_on",
+    "flash_id",
+    "get_board",
+    "get_firmware",
+    "image_info",
+    "load_boards",
+    "load_firmwares",
+    "load_key",
+    "load_ram",
+    "model_info",
+    "open_repl",
+    "pack",
+    "parse_boot_image",
+    "parse_kmodel",
+    "plan_burn",
+    "plan_flash",
+    "prep_flash",
+    "read_flash",
+    "read_kfpkg",
+    "reboot",
+    "run_demo",
+    "seal_bytes",
+    "unpack",
+    "unseal_bytes",
+    "unwrap_boot_image",
+    "verify_flash",
+    "wrap_boot_image",
+    "write_kfpkg",
+]
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kflashpy' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS, globals())

@@ -102,6 +102,7 @@ def run_demo(
     from . import runtime
     from .image.api import check_layout, pack
     from .isp.api import burn
+    from .isp.connect import ConnectOptions
     from .maixpy.compare import LoadSpec, compare
     from .maixpy.repl import open_repl
 
@@ -138,7 +139,8 @@ def run_demo(
 
     def do_burn(label: str):
         def run():
-            res = burn(kfpkg=str(pkg), port=port, board="maix-bit", baud=baud, progress=progress)
+            bit = ConnectOptions(port, board="maix-bit", baud=baud)
+            res = burn(kfpkg=str(pkg), connection=bit, progress=progress)
             states = ", ".join(r.status for r in res.regions)
             return (
                 all(r.status in ("written", "skipped") for r in res.regions),

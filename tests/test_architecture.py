@@ -2,7 +2,8 @@
 
 Imports are read with :mod:`ast` (every ``import`` in a module, at any depth, type-only ones
 included), folded to *units*: a subpackage of ``kflashpy`` (``isp``, ``sim``...) or a
-ground-floor module (``errors``, ``units``, ``fileio``, ``keys``, ``progress``). The rules:
+ground-floor module (``errors``, ``units``, ``fileio``, ``keys``, ``progress``, ``_lazy``).
+The rules:
 
 1. ``target``, ``image``, ``model`` and ``runtime`` never import ``isp``, ``maixpy``,
    ``sim``, ``web`` or ``cli``;
@@ -25,7 +26,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kflashpy"
 
-GROUND = frozenset({"errors", "units", "fileio", "keys", "progress"})
+GROUND = frozenset({"errors", "units", "fileio", "keys", "progress", "_lazy"})
 PURE = frozenset({"target", "image", "model", "runtime"})
 SIDES = frozenset({"isp", "maixpy", "sim", "web", "cli"})
 

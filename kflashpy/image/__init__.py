@@ -13,11 +13,40 @@ layers.
 
 from __future__ import annotations
 
-from .api import check_layout, image_info, load_items, pack, unpack
-from .bootimage import BootImage, parse_boot_image, unwrap_boot_image, wrap_boot_image
-from .content import ContentInfo, detect_content
-from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, write_kfpkg
-from .plan import Finding, FlashItem, FlashPlan, PlannedRegion, plan_flash
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .api import check_layout, image_info, load_items, pack, unpack
+    from .bootimage import BootImage, parse_boot_image, unwrap_boot_image, wrap_boot_image
+    from .content import ContentInfo, detect_content
+    from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, write_kfpkg
+    from .plan import Finding, FlashItem, FlashPlan, PlannedRegion, plan_flash
+
+#: public name -> the module defining it, imported on first use (kflashpy/_lazy.py)
+EXPORTS: dict[str, str] = {
+    "check_layout": ".api",
+    "image_info": ".api",
+    "load_items": ".api",
+    "pack": ".api",
+    "unpack": ".api",
+    "BootImage": ".bootimage",
+    "parse_boot_image": ".bootimage",
+    "unwrap_boot_image": ".bootimage",
+    "wrap_boot_image": ".bootimage",
+    "ContentInfo": ".content",
+    "detect_content": ".content",
+    "Kfpkg": ".kfpkg",
+    "KfpkgEntry": ".kfpkg",
+    "read_kfpkg": ".kfpkg",
+    "write_kfpkg": ".kfpkg",
+    "Finding": ".plan",
+    "FlashItem": ".plan",
+    "FlashPlan": ".plan",
+    "PlannedRegion": ".plan",
+    "plan_flash": ".plan",
+}
 
 __all__ = [
     "BootImage",
@@ -41,3 +70,5 @@ __all__ = [
     "wrap_boot_image",
     "write_kfpkg",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS, globals())

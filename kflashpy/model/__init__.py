@@ -12,46 +12,50 @@ loaded on first use. This package never imports the serial, simulator or CLI lay
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .detect import KmodelSignature, detect, detect_path, swap_words
+from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .detect import KmodelSignature, detect, detect_path, swap_words
     from .dispatch import KModel, parse
     from .v3 import KModelV3, parse_v3
     from .v4 import KModelV4, parse_v4
     from .v5 import KModelV5, parse_v5
 
+#: public name -> the module defining it, imported on first use (kflashpy/_lazy.py)
+EXPORTS: dict[str, str] = {
+    "KmodelSignature": ".detect",
+    "detect": ".detect",
+    "detect_path": ".detect",
+    "swap_words": ".detect",
+    "KModel": ".dispatch",
+    "parse": ".dispatch",
+    "KModelV3": ".v3",
+    "parse_v3": ".v3",
+    "KModelV4": ".v4",
+    "parse_v4": ".v4",
+    "KModelV5": ".v5",
+    "parse_v5": ".v5",
+}
+
 __all__ = [
+    "KModel",
+    "KModelV3",
+    "KModelV4",
+    "KModelV5",
     "KmodelSignature",
     "detect",
     "detect_path",
-    "swap_words",
     "parse",
-    "KModel",
     "parse_v3",
-    "KModelV3",
     "parse_v4",
-    "KModelV4",
     "parse_v5",
-    "KModelV5",
+    "swap_words",
 ]
 
-_LAZY = {
-    "parse": "dispatch",
-    "KModel": "dispatch",
-    "parse_v3": "v3",
-    "KModelV3": "v3",
-    "parse_v4": "v4",
-    "KModelV4": "v4",
-    "parse_v5": "v5",
-    "KModelV5": "v5",
-}
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS, globals())
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# detection is cheap and ``detect`` is also its module's name: bind the detection names now,
+# or importing ``kflashpy.model.detect`` later would leave the module where the function is
+from .detect import KmodelSignature, detect, detect_path, swap_words  # noqa: E402

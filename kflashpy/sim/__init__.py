@@ -7,7 +7,23 @@ imports this package; the client sees the board only through a port.
 
 from __future__ import annotations
 
-from .board import VirtualBoard
-from .config import BoardConfig
+from typing import TYPE_CHECKING
 
-__all__ = ["BoardConfig", "VirtualBoard"]
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .board import VirtualBoard
+    from .config import BoardConfig
+
+#: public name -> the module defining it, imported on first use (kflashpy/_lazy.py)
+EXPORTS: dict[str, str] = {
+    "VirtualBoard": ".board",
+    "BoardConfig": ".config",
+}
+
+__all__ = [
+    "BoardConfig",
+    "VirtualBoard",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS, globals())
