@@ -25,7 +25,7 @@ import serial
 from ..errors import NoResponseError
 from ..progress import Progress, ProgressFn, report
 from ..target import boards
-from . import reset
+from . import reset, timeouts
 from .link import Link, TraceFn
 from .ports import choose_port, open_port
 from .ramimage import RamImage
@@ -99,6 +99,7 @@ def open_device(
     trace: TraceFn | None = None,
 ) -> Device:
     """Open the port and bring the board into the mask-ROM ISP (greeting answered)."""
+    timeouts.check()  # a bad KFLASHPY_TIMEOUT_* fails here, before the port opens
     profile = resolve_board(board)
     plans = reset.plans_for(profile, reset_sequence)  # validates a custom sequence early
     if port:

@@ -47,12 +47,14 @@ from .stage2 import (
     CHIP_ERASE_TIMEOUT,
     DEFAULT_TIMEOUT,
     ERASE_TIMEOUT_PER_MB,
+    GREETING_TIMEOUT,
     FlashInfo,
     Stage2,
     StubProgram,
     check_sector_range,
     scaled_timeout,
 )
+from .timeouts import TIMEOUTS
 
 
 class KfpyOp(IntEnum):
@@ -82,9 +84,10 @@ READ_CHUNK = 4096
 MIN_READ_CHUNK = 256
 READ_WINDOW = 8
 RETRIES = 6
-FLASH_S_PER_FRAME = 0.6  # erase + program of 64 KiB at typical timings, with margin
-ACK_TIMEOUT = 1.5  # plus wire and flash time; a late ack only costs a (harmless) resend
-HASH_S_PER_MB = 1.0  # on-board read + SHA-256, with margin
+FLASH_S_PER_FRAME = TIMEOUTS["flash_per_frame"]
+ACK_TIMEOUT = TIMEOUTS["ack"]  # a late ack only costs a (harmless) resend
+HASH_S_PER_MB = TIMEOUTS["hash_per_mb"]
+COMMAND_TIMEOUT = TIMEOUTS["command"]
 START_WAIT = 0.002  # a program needs this long after EXEC/baud change to listen
 MAX_SLOWNESS = 100.0  # longest stretch of the timeouts (see KfpyStage2.slowness)
 
@@ -255,7 +258,7 @@ class KfpyStage2(Stage2):
 
     # --- plumbing ---------------------------------------------------------------------
     def _barrier(self) -> None:
-        self.link.barrier(FlashOp.NOP, 1.0 * self.slowness)
+        self.link.barrier(FlashOp.NOP, COMMAND_TIMEOUT * self.slowness)
 
     def _call(
         self,
@@ -310,7 +313,7 @@ class KfpyStage2(Stage2):
         for _ in range(attempts):
             self.link.send(FlashOp.NOP)
             try:
-                if self.link.recv(FlashOp.NOP, 0.3 * self.slowness).ok:
+                if self.link.recv(FlashOp.NOP, GREETING_TIMEOUT * self.slowness).ok:
                     self.link.discard_input()
                     return
             except NoResponseError:
@@ -323,7 +326,11 @@ class KfpyStage2(Stage2):
     def set_baud(self, baud: int) -> None:
         old = self.link.port.baudrate
         p = self._call(
-            KfpyOp.SET_BAUD, 0, struct.pack("<I", baud), timeout=1.0, what=f"baud {baud}"
+            KfpyOp.SET_BAUD,
+            0,
+            struct.pack("<I", baud),
+            timeout=COMMAND_TIMEOUT,
+            what=f"baud {baud}",
         )
         self.actual_baud = struct.unpack_from("<I", p)[0]
         # the reply came at the old rate; the board switches 0.2 ms after sending it
@@ -346,7 +353,7 @@ class KfpyStage2(Stage2):
                     prog.load_address + pos,
                     piece,
                     # the first frame measures the board: until then, wait long
-                    timeout=1.0 + wire * (1 if pos else 10),
+                    timeout=COMMAND_TIMEOUT + wire * (1 if pos else 10),
                     what=f"flasher upload at 0x{prog.load_address + pos:08X}",
                     tries=2 if chunk > MIN_FRAME else RETRIES + 1,
                 )
@@ -359,7 +366,7 @@ class KfpyStage2(Stage2):
                 took = (self.link.now() - start) / (wire + 0.02)
                 self.slowness = min(MAX_SLOWNESS, max(1.0, took))
             pos += len(piece)
-        self._call(KfpyOp.EXEC, prog.entry, timeout=1.0, what="flasher start")
+        self._call(KfpyOp.EXEC, prog.entry, timeout=COMMAND_TIMEOUT, what="flasher start")
         self.link.wait(START_WAIT)
         self.greet()
         self._running = True
@@ -367,7 +374,9 @@ class KfpyStage2(Stage2):
     def flash_init(self) -> None:
         self._ensure_flasher()
         self._legacy(FlashOp.FLASH_INIT, 0, data_len=0, what="flash init")
-        self.info = FlasherInfo.parse(self._call(KfpyOp.IDENTIFY, timeout=1.0, what="identify"))
+        self.info = FlasherInfo.parse(
+            self._call(KfpyOp.IDENTIFY, timeout=COMMAND_TIMEOUT, what="identify")
+        )
         if not self.info.flash_ok:
             raise ProtocolError(
                 f"the flash chip answered JEDEC id 0x{self.info.jedec_id:06X}",
@@ -377,7 +386,9 @@ class KfpyStage2(Stage2):
     def identify(self) -> FlashInfo:
         self._ensure_flasher()
         if self.info is None:
-            self.info = FlasherInfo.parse(self._call(KfpyOp.IDENTIFY, timeout=1.0, what="identify"))
+            self.info = FlasherInfo.parse(
+                self._call(KfpyOp.IDENTIFY, timeout=COMMAND_TIMEOUT, what="identify")
+            )
         return FlashInfo(self.info.jedec_id, self.info.flash_size, self.info.unique_id)
 
     # --- hashing ----------------------------------------------------------------------
@@ -662,7 +673,7 @@ class KfpyStage2(Stage2):
 
     def execute(self, entry: int) -> None:
         """Jump to ``entry`` (the program gets a0 = 0x4B465059, a1 = the baud rate)."""
-        self._call(KfpyOp.EXEC, entry, timeout=1.0, what=f"exec 0x{entry:08X}")
+        self._call(KfpyOp.EXEC, entry, timeout=COMMAND_TIMEOUT, what=f"exec 0x{entry:08X}")
 
 
 def kflashpy_program() -> StubProgram:

@@ -14,12 +14,13 @@ from ..progress import Progress, ProgressFn, report
 from ..target import k210
 from .frames import ROM_MAX_CHUNK, RomOp
 from .link import Link
+from .timeouts import TIMEOUTS
 
 ROM_BAUD = k210.ROM_BAUD
-GREETING_TIMEOUT = 0.5
+GREETING_TIMEOUT = TIMEOUTS["rom_greeting"]
 #: the ROM answers a greeting within ~2 ms; after a quick reset a short wait is enough
-QUICK_GREETING_TIMEOUT = 0.05
-WRITE_TIMEOUT = 1.0  # a 1 KiB frame takes ~90 ms at 115200; the ROM answers at once
+QUICK_GREETING_TIMEOUT = TIMEOUTS["rom_quick_greeting"]
+WRITE_TIMEOUT = TIMEOUTS["rom_write"]
 WRITE_RETRIES = 8
 
 #: the ROM derives its divider from a 38 MHz assumption while some boards run the UART

@@ -20,6 +20,7 @@ from ..progress import Progress, ProgressFn, report
 from ..target import k210
 from .frames import STAGE2_MAX_CHUNK, FlashOp, Status
 from .link import Link
+from .timeouts import TIMEOUTS
 
 # --- capability names (strings, so other flashers can add their own) ---------------------
 CAP_WRITE = "write"  # program flash (the flasher erases what it writes)
@@ -35,17 +36,15 @@ CAP_COMPRESSED_WRITE = "compressed-write"  # writes of compressed data
 
 SECTOR = k210.FLASH_SECTOR
 
-#: reply timeouts (seconds of port time); see :func:`write_timeout`
-DEFAULT_TIMEOUT = 3.0
-GREETING_TIMEOUT = 0.3
-ERASE_TIMEOUT_PER_MB = 40.0
+#: reply timeouts (seconds of port time), from the one table (isp/timeouts.py)
+DEFAULT_TIMEOUT = TIMEOUTS["reply"]
+GREETING_TIMEOUT = TIMEOUTS["stage2_greeting"]
+ERASE_TIMEOUT_PER_MB = TIMEOUTS["erase_per_mb"]
 #: a kflash flasher rewrites a whole 64 KiB block for every write frame, however short
 #: (read, erase, program in 32-byte pieces): up to ~8 s with worst-case chip timings
-BLOCK_REWRITE_TIMEOUT = 10.0
-CHIP_ERASE_TIMEOUT = 200.0
-FLASH_INIT_TIMEOUT = (
-    10.0  # may write the status register (quad enable) and wait for it  # 16 MiB NOR worst case
-)
+BLOCK_REWRITE_TIMEOUT = TIMEOUTS["block_rewrite"]
+CHIP_ERASE_TIMEOUT = TIMEOUTS["chip_erase"]
+FLASH_INIT_TIMEOUT = TIMEOUTS["flash_init"]
 
 
 def scaled_timeout(nbytes: int, per_mb: float, baud: int | None = None) -> float:
