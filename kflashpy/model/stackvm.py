@@ -307,7 +307,7 @@ def decode(code: bytes, release: str) -> list[Instruction]:
                 )
             if nxt + tl.struct.size > end:
                 raise UnknownNumber(f"byte {pc}: tensor.{fn} is cut by the end of the code")
-            fields = tl.read(code, nxt)
+            fields = {"funct": funct, **tl.read(code, nxt)}
             nxt += tl.struct.size
             _check_fields(table, fn, fields, pc)
             name = f"tensor.{fn}"

@@ -92,22 +92,27 @@ def _convert(vm: StackVM, f: dict):
 
 
 def _pad(vm: StackVM, f: dict):
+    """nncase reference pad: constant/reflect/symmetric/edge per axis (one reflection,
+    as nncase computes it); interior padding (ConvTranspose) spreads the input over the
+    last two axes first, then pads the edges."""
     value = vm.pop_num()
     output, inp = vm.pop_addr(), vm.pop_addr()
     mode = _op(vm, "pad_mode", f["pad_mode"])
-    if mode != "constant":
-        raise vm.fail(f"tensor.pad mode {mode}")
     x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
     pads = vm.padding(f["rpaddings"])
+    if len(pads) != x.ndim:
+        raise ValueError(f"{len(pads)} paddings for a {x.ndim}-d tensor")
     if any(p[2] for p in pads):
-        raise vm.fail("tensor.pad with interior padding")
-    limit(
-        [d + max(0, b) + max(0, a) for d, (b, a, _) in zip(x.shape, pads, strict=False)],
-        "padded output",
-    )
-    crop = tuple(slice(max(0, -b), x.shape[i] - max(0, -a)) for i, (b, a, _) in enumerate(pads))
-    y = np.pad(x[crop], [(max(0, b), max(0, a)) for b, a, _ in pads], constant_values=value)
-    return "pad", vm.out(output, y, f["datatype"], f["rstride_dest"])
+        if mode != "constant" or any(p[2] for p in pads[:-2]) or x.ndim < 2:
+            raise vm.fail("tensor.pad with interior padding outside the last two axes")
+        shape = [d + (d - 1) * p[2] if d else 0 for d, p in zip(x.shape, pads, strict=True)]
+        limit(shape, "padded output")
+        spread = np.full(shape, value, x.dtype)
+        spread[..., :: pads[-2][2] + 1, :: pads[-1][2] + 1] = x
+        x, pads = spread, [(b, a, 0) for b, a, _ in pads]
+    limit([d + b + a for d, (b, a, _) in zip(x.shape, pads, strict=True)], "padded output")
+    y = nncase_math.pad(x, [(b, a) for b, a, _ in pads], mode, value)
+    return f"pad.{mode}", vm.out(output, y, f["datatype"], f["rstride_dest"])
 
 
 def _conv2d(vm: StackVM, f: dict):
@@ -123,10 +128,10 @@ def _conv2d(vm: StackVM, f: dict):
     oh = (h + ph[0] + ph[1] - ((kh - 1) * dh + 1)) // sh + 1
     ow = (wd + pw[0] + pw[1] - ((kw - 1) * dw + 1)) // sw + 1
     limit((n, w.shape[0], oh, ow), "output")
-    y = nn.conv2d_nchw(
+    y = nncase_math.conv2d(
         x, w, b, f["groups"], (sh, sw), (ph[0], ph[1], pw[0], pw[1]), (dh, dw), (oh, ow)
     )
-    y = np.clip(y, F32(f["fused_clamp_low"]), F32(f["fused_clamp_high"])).astype(F32)
+    y = nncase_math.clamp(y, f["fused_clamp_low"], f["fused_clamp_high"])
     return "conv2d", vm.out(output, y, dt, f["rstride_dest"])
 
 
@@ -179,7 +184,7 @@ def _sigmoid(vm: StackVM, f: dict):
 def _softmax(vm: StackVM, f: dict):
     output, inp = vm.pop_addr(), vm.pop_addr()
     x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
-    y = nn.softmax(x, axis=f["axis"], beta=f["beta"])
+    y = nncase_math.softmax(x, f["axis"] % max(x.ndim, 1), f["beta"])
     return "softmax", vm.out(output, y, f["datatype"], f["rstride_dest"])
 
 
@@ -223,38 +228,104 @@ def _reduce_window2d(vm: StackVM, f: dict):
 
 
 def _reduce(vm: StackVM, f: dict):
-    init = F32(vm.pop_num())
+    """nncase reference reduce: a row-major fold from the pushed init (min and max start
+    at the type's extremes instead), mean divides the sum by the reduced count."""
+    init = vm.pop_num()
     output, inp = vm.pop_addr(), vm.pop_addr()
-    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"]).astype(F32)
+    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
     axes = tuple(int(a) for a in vm.shape(f["rshape_axis"]))
     mode = _op(vm, "reduce", f["reduce_op"])
+    lim = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
     if mode in ("sum", "mean"):
-        y = x.sum(axis=axes, keepdims=True, dtype=F32) + init
+        y = nncase_math.fold(x, axes, np.add, x.dtype.type(init))
         if mode == "mean":
-            y = y / F32(np.prod([x.shape[a] for a in axes]))
+            count = x.dtype.type(np.prod([x.shape[a] for a in axes]))
+            y = y / count if x.dtype.kind == "f" else nncase_math.int_div(y, count)
     elif mode == "max":
-        y = np.maximum(x.max(axis=axes, keepdims=True), init)
+        y = nncase_math.fold(x, axes, nncase_math.c_max, lim.min)
     else:
-        y = np.minimum(x.min(axis=axes, keepdims=True), init)
+        y = nncase_math.fold(x, axes, nncase_math.c_min, lim.max)
     if not f["keep_dims"]:
-        y = y.squeeze(axis=axes)
-    return f"reduce.{mode}", vm.out(output, y.astype(F32), f["datatype"], f["rstride_dest"])
+        y = y.reshape([d for i, d in enumerate(y.shape) if i not in axes])
+    return f"reduce.{mode}", vm.out(output, y.astype(x.dtype), f["datatype"], f["rstride_dest"])
+
+
+def _reduce_prod(vm: StackVM, f: dict):
+    """nncase reference reduce_prod: a row-major product from 1."""
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    dt = f.get("datatype", 9)  # nncase 1.1-1.5 have no datatype field: float32 only
+    x = vm.view(inp, dt, f["rshape_src"], f["rstride_src"])
+    axes = tuple(int(a) for a in vm.shape(f["rshape_axes"]))
+    with np.errstate(all="ignore"):
+        y = nncase_math.fold(x, axes, np.multiply, x.dtype.type(1))
+    if not f["keep_dims"]:
+        y = y.reshape([d for i, d in enumerate(y.shape) if i not in axes])
+    return "reduce_prod", vm.out(output, y, dt, f["rstride_dest"])
+
+
+def _lut1d(vm: StackVM, f: dict):
+    """nncase lut1d: out = table[in] for uint8 (the pushed min/max are unused)."""
+    vm.pop_num(), vm.pop_num()
+    output, table, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    if f["datatype"] != 4:
+        raise vm.fail(f"tensor.lut1d of datatype {f['datatype']} (nncase runs uint8 only)")
+    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
+    tab = strided(table, np.dtype("u1"), (f["table_len"],), (1,))
+    return "lut1d", vm.out(output, tab[x], f["datatype"], f["rstride_dest"])
+
+
+def _compare(vm: StackVM, f: dict):
+    """nncase compare: a broadcast elementwise comparison writing bool bytes."""
+    output, b_addr, a_addr = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    name = _op(vm, "compare", f["compare_op"])
+    dt = vm.dtype(f["datatype"])
+    a = vm.view(a_addr, dt, f["rshape_src1"], f["rstride_src1"])
+    b = vm.view(b_addr, dt, f["rshape_src2"], f["rstride_src2"])
+    shape = vm.shape(f["rshape_dest"])
+    limit(shape, "output")
+    y = np.broadcast_to(nncase_math.COMPARE[name](a, b), shape).astype(np.uint8)
+    return f"compare.{name}", vm.out(output, y, np.dtype("u1"), f["rstride_dest"])
+
+
+def _broadcast(vm: StackVM, f: dict):
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
+    shape = vm.shape(f["rshape_dest"])
+    limit(shape, "output")
+    return "broadcast", vm.out(output, np.broadcast_to(x, shape), f["datatype"], f["rstride_dest"])
+
+
+def _reduce_arg(vm: StackVM, f: dict):
+    """nncase reference reduce_arg: first (or last) index of the min/max along one axis,
+    where values within 1e-6 of the running best count as ties."""
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    name = _op(vm, "reduce_arg", f["reduce_arg_op"])
+    x = vm.view(inp, f["datatype_src"], f["rshape_src"], f["rstride_src"]).astype(F32)
+    axes = tuple(int(a) for a in vm.shape(f["rshape_axis"]))
+    if len(axes) != 1:
+        raise vm.fail(f"tensor.reduce_arg over {len(axes)} axes")
+    y = nncase_math.reduce_arg(x, axes[0], name == "arg_max", bool(f["select_last_idx"]))
+    if not f["keep_dims"]:
+        y = y.reshape([d for i, d in enumerate(y.shape) if i != axes[0]])
+    dt = vm.dtype(f["datatype_dest"])
+    return f"reduce_{name}", vm.out(output, y.astype(dt), dt, f["rstride_dest"])
 
 
 def _resize_image(vm: StackVM, f: dict):
     output, inp = vm.pop_addr(), vm.pop_addr()
     out_w, out_h = vm.pop_int(), vm.pop_int()
-    if f["half_pixel_centers"]:
-        raise vm.fail("tensor.resize_image with half_pixel_centers")
     x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
+    if x.ndim != 4:
+        raise ValueError(f"resize_image of a {x.ndim}-d tensor")
     limit((*x.shape[:2], out_h, out_w), "output")
     mode = _op(vm, "resize_mode", f["image_resize_mode"])
-    y = (
-        nn.resize_nearest(x, out_h, out_w)
-        if mode == "nearest_neighbor"
-        else nn.resize_bilinear(x, out_h, out_w, f["align_corners"])
+    resize = (
+        nncase_math.resize_nearest if mode == "nearest_neighbor" else nncase_math.resize_bilinear
     )
-    return "resize_image", vm.out(output, np.ascontiguousarray(y), f["datatype"], f["rstride_dest"])
+    y = resize(x, out_h, out_w, bool(f["align_corners"]), bool(f["half_pixel_centers"]))
+    return f"resize_image.{mode}", vm.out(
+        output, np.ascontiguousarray(y), f["datatype"], f["rstride_dest"]
+    )
 
 
 def _gather(vm: StackVM, f: dict):
@@ -282,5 +353,6 @@ TENSOR = {
     "dequantize": _dequantize, "gather": _gather, "matmul": _matmul, "pad": _pad,
     "quantize": _quantize, "reduce": _reduce, "reduce_window2d": _reduce_window2d,
     "resize_image": _resize_image, "sigmoid": _sigmoid, "slice": _slice, "softmax": _softmax,
-    "transpose": _transpose, "unary": _unary,
+    "transpose": _transpose, "unary": _unary, "lut1d": _lut1d, "reduce_prod": _reduce_prod,
+    "compare": _compare, "broadcast": _broadcast, "reduce_arg": _reduce_arg,
 }  # fmt: skip
