@@ -162,6 +162,22 @@ _LAYOUTS: dict[str, list[tuple[str, str]]] = {
     "unary": [("1.0", _S + " unary_op:B")],
 }  # fmt: skip
 
+#: what each tensor function's handler pops, in order (a: address, s: scalar,
+#: p: padding = three scalars), the same in every 1.x release that has the function
+#: (``src/runtime/stackvm/ops/``); ``call`` pops "sssa" per source and destination
+POPS = {
+    "batch_to_space": "aa", "binary": "aaa", "broadcast": "aa", "call": "sssa", "compare": "aaa",
+    "compress": "aaa", "conv2d": "ppaaaa", "convert": "aa", "copy": "aa", "cumsum": "aa",
+    "dequantize": "ssaa", "equal": "aaa", "gather": "aaa", "gather_elements": "aaa",
+    "gather_nd": "aaa", "gru": "aaaaaaa", "hardmax": "aa", "layer_normalization": "aaaa",
+    "lut1d": "ssaaa", "matmul": "aaaa", "onehot": "aaaaa", "pad": "saa", "quantize": "ssaa",
+    "random_normal": "a", "random_uniform": "a", "reduce": "saa", "reduce_arg": "aa",
+    "reduce_prod": "aa", "reduce_window2d": "ppasa", "resize_image": "aass", "roi_align": "aaaa",
+    "sigmoid": "aa", "slice": "aa", "softmax": "aa", "space_to_batch": "aa", "ternary": "aaaa",
+    "tflite_detection_postprocess": "aaaaaaa", "topk": "aaa", "transpose": "aa", "trilu": "aa",
+    "unary": "aa",
+}  # fmt: skip
+
 # --- op enums (datatypes.h) -----------------------------------------------------------
 BINARY_OPS = ("add", "sub", "mul", "div", "min", "max", "pow", "floor_div", "floor_mod",
               "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or",
@@ -320,6 +336,96 @@ def decode(code: bytes, release: str) -> list[Instruction]:
     return out
 
 
+#: tensor instruction fields naming a shape register / a paddings register
+_SHAPE_FIELDS = ("rshape", "rstride", "rbegins", "rends", "rstrides", "rperm", "rblock",
+                 "input_shape", "w_shape_src", "condition_shape_src", "indices_shape_src",
+                 "box_shape_src", "score_shape_src", "anchor_shape_src")  # fmt: skip
+_PADDING_FIELDS = ("rpaddings", "rpad_crops")
+_ADDRESS_OPS = ("lea.buffer", "lea.gp")
+
+
+def check_stack(program: list[Instruction]) -> str | None:
+    """Follow the evaluation stack through straight-line code, tracking only whether
+    each entry is an address or a number, and the registers ``stshape``/``stpaddings``
+    set. Returns why the code cannot be what the numbering says (an instruction pops
+    a number where its handler takes an address, a register never set, values left
+    over at the end), or None. Code with branches is not followed (None)."""
+    stack: list[str] = []
+    shapes: set[int] = set()
+    paddings: set[int] = set()
+
+    def pop(kind: str, ins: Instruction) -> str | None:
+        if not stack:
+            return f"byte {ins.pc}: {ins.name} pops an empty stack"
+        got = stack.pop()
+        if kind != "any" and got != kind:
+            want = "an address" if kind == "a" else "a number"
+            return f"byte {ins.pc}: {ins.name} takes {want} from the stack, finds the other"
+        return None
+
+    for ins in program:
+        name, f = ins.name, ins.fields
+        if name == "nop":  # op_builder::nop_ exists but no 1.x code generator calls it
+            return f"byte {ins.pc}: decodes into nop, which nncase 1.x never emits"
+        if name.startswith("br") or name in ("call", "ret"):
+            return None
+        pops, push = "", None
+        if name.startswith("tensor."):
+            fn = name[7:]
+            calls = f["num_src"] + f["num_dst"] if fn == "call" else 0
+            pops = "sssa" * calls if calls else POPS.get(fn, "")
+            for key, reg in f.items():
+                if key.startswith(_PADDING_FIELDS) and reg not in paddings:
+                    return f"byte {ins.pc}: {name} reads paddings register {reg}, never set"
+                if key.startswith(_SHAPE_FIELDS) and reg not in shapes:
+                    return f"byte {ins.pc}: {name} reads shape register {reg}, never set"
+            pops = pops.replace("p", "sss")
+        elif name in ("stshape", "stpaddings"):
+            pops = "s" * f["rank"] * (3 if name == "stpaddings" else 1)
+            (shapes if name == "stshape" else paddings).add(
+                f["rshape" if name == "stshape" else "rpaddings"]
+            )
+        elif name in _ADDRESS_OPS:
+            push = "a"
+        elif name.startswith("ld") and not name.startswith(("ldind", "ldelem")):
+            push = "s"  # ldc.*, ldnull, ldarg.*
+        elif name.startswith("ldind"):
+            pops, push = "a", "s"
+        elif name.startswith("ldelem"):
+            pops, push = "sa", "s"
+        elif name.startswith("stind"):
+            pops = "sa"
+        elif name.startswith("stelem"):
+            pops = "ssa"
+        elif name == "dup":
+            if not stack:
+                return f"byte {ins.pc}: dup of an empty stack"
+            stack.append(stack[-1])
+            continue
+        elif name == "pop":
+            pops = "x"
+        elif name in ("neg", "not") or name.startswith("conv."):
+            pops, push = "s", "s"
+        else:  # two-operand arithmetic and comparisons
+            b = pop("any", ins) or None
+            if b:
+                return b
+            if not stack:
+                return f"byte {ins.pc}: {name} pops an empty stack"
+            a = stack.pop()
+            stack.append("a" if a == "a" and name in ("add", "sub") else "s")
+            continue
+        for kind in pops:
+            why = pop({"a": "a", "s": "s", "x": "any"}[kind], ins)
+            if why:
+                return why
+        if push:
+            stack.append(push)
+    if stack:
+        return f"{len(stack)} value(s) left on the stack at the end of the code"
+    return None
+
+
 def _check_fields(table: Isa, fn: str, fields: dict, pc: int) -> None:
     for key, value in fields.items():
         try:
@@ -335,7 +441,8 @@ def _check_fields(table: Isa, fn: str, fields: dict, pc: int) -> None:
 class ReleaseGuess:
     """Which nncase 1.x release(s) a V5 file's stackvm code is consistent with.
 
-    ``candidates``: every release whose numbering decodes all the code; ``release``:
+    ``candidates``: every release whose numbering decodes all the code into
+    instructions whose stack operands and registers fit together; ``release``:
     the one the runtime uses (named by the caller, else the newest candidate);
     ``ambiguous``: candidates decode the code into different instructions, so the
     choice matters; ``reasons``: per rejected release, the first thing it cannot read.
@@ -385,12 +492,17 @@ def guess_release(codes: list[bytes], named: str | None = None) -> ReleaseGuess:
     reasons: dict[str, str] = {}
     for rel in RELEASES:
         try:
-            decodings[rel] = tuple(
-                tuple((i.name, tuple(sorted(i.fields.items()))) for i in decode(c, rel))
-                for c in codes
-            )
+            programs = [decode(c, rel) for c in codes]
         except UnknownNumber as e:
             reasons[rel] = str(e)
+            continue
+        why = next(filter(None, map(check_stack, programs)), None)
+        if why:
+            reasons[rel] = why
+            continue
+        decodings[rel] = tuple(
+            tuple((i.name, tuple(sorted(i.fields.items()))) for i in p) for p in programs
+        )
     candidates = tuple(decodings)
     ambiguous = len(set(decodings.values())) > 1
     release = named or (candidates[-1] if candidates else None)

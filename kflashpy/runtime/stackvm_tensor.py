@@ -152,12 +152,13 @@ def _binary(vm: StackVM, f: dict):
     name = _op(vm, "binary", f["binary_op"])
     if name not in nncase_math.BINARY:
         raise vm.fail(f"tensor.binary op {name}")
-    if "rshape_dest" not in f:  # nncase 1.0-1.3: the output has the broadcast shape
-        raise vm.fail("tensor.binary in its nncase 1.0-1.3 form (no output shape)")
     dt = vm.dtype(f["datatype"])
     a = vm.view(a_addr, dt, f["rshape_src1"], f["rstride_src1"])
     b = vm.view(b_addr, dt, f["rshape_src2"], f["rstride_src2"])
-    shape = vm.shape(f["rshape_dest"])
+    # nncase 1.0-1.3 name no output shape: the kernel writes the broadcast shape
+    shape = (
+        vm.shape(f["rshape_dest"]) if "rshape_dest" in f else np.broadcast_shapes(a.shape, b.shape)
+    )
     limit(shape, "output")
     y = nncase_math.binary(name, a, b, shape, f["fused_clamp_low"], f["fused_clamp_high"])
     return f"binary.{name}", vm.out(output, y, dt, f["rstride_dest"])
