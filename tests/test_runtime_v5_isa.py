@@ -112,3 +112,12 @@ def test_the_silent_mappings_are_gone() -> None:
 def test_datatypes_are_the_same_in_every_release() -> None:
     for release in S.RELEASES:
         assert len(facts(release)["datatypes"]) == S.DATATYPE_COUNT
+
+
+@pytest.mark.parametrize("release", S.RELEASES)
+def test_stack_operands(release: str) -> None:
+    """What each tensor handler pops, and how many values a padding takes."""
+    f = facts(release)
+    assert S.isa(release).padding_values == f["padding_values"]
+    for name, pops in f["pops"].items():
+        assert S.POPS[name] == pops, name

@@ -227,6 +227,8 @@ class Isa:
         self.functions = TENSOR_FUNCTIONS[release]
         self.unary_ops = UNARY_OPS[release]
         self.compare_ops = COMPARE_OPS if release >= "1.6" else ()
+        #: stack values per padding: (before, after), and interior from 1.1 on
+        self.padding_values = 2 if release == "1.0" else 3
 
     def function(self, number: int) -> str:
         """The name of tensor function ``number``."""
@@ -344,7 +346,7 @@ _PADDING_FIELDS = ("rpaddings", "rpad_crops")
 _ADDRESS_OPS = ("lea.buffer", "lea.gp")
 
 
-def check_stack(program: list[Instruction]) -> str | None:
+def check_stack(program: list[Instruction], release: str) -> str | None:
     """Follow the evaluation stack through straight-line code, tracking only whether
     each entry is an address or a number, and the registers ``stshape``/``stpaddings``
     set. Returns why the code cannot be what the numbering says (an instruction pops
@@ -379,9 +381,10 @@ def check_stack(program: list[Instruction]) -> str | None:
                     return f"byte {ins.pc}: {name} reads paddings register {reg}, never set"
                 if key.startswith(_SHAPE_FIELDS) and reg not in shapes:
                     return f"byte {ins.pc}: {name} reads shape register {reg}, never set"
-            pops = pops.replace("p", "sss")
+            pops = pops.replace("p", "s" * isa(release).padding_values)
         elif name in ("stshape", "stpaddings"):
-            pops = "s" * f["rank"] * (3 if name == "stpaddings" else 1)
+            each = isa(release).padding_values if name == "stpaddings" else 1
+            pops = "s" * f["rank"] * each
             (shapes if name == "stshape" else paddings).add(
                 f["rshape" if name == "stshape" else "rpaddings"]
             )
@@ -496,7 +499,7 @@ def guess_release(codes: list[bytes], named: str | None = None) -> ReleaseGuess:
         except UnknownNumber as e:
             reasons[rel] = str(e)
             continue
-        why = next(filter(None, map(check_stack, programs)), None)
+        why = next(filter(None, (check_stack(p, rel) for p in programs)), None)
         if why:
             reasons[rel] = why
             continue

@@ -138,7 +138,9 @@ class StackVM:
         return int(self.pop_num())
 
     def pop_padding(self) -> tuple[int, int, int]:
-        interior, after, before = self.pop_int(), self.pop_int(), self.pop_int()
+        """(before, after, interior); nncase 1.0 pushes no interior."""
+        interior = self.pop_int() if self.release != "1.0" else 0
+        after, before = self.pop_int(), self.pop_int()
         return before, after, interior
 
     def shape(self, reg: int) -> tuple[int, ...]:
