@@ -448,7 +448,8 @@ class ReleaseGuess:
     instructions whose stack operands and registers fit together; ``release``:
     the one the runtime uses (named by the caller, else the newest candidate);
     ``ambiguous``: candidates decode the code into different instructions, so the
-    choice matters; ``reasons``: per rejected release, the first thing it cannot read.
+    choice matters; ``reasons``: per rejected release, the first thing it cannot read
+    (a :class:`Reason`).
     """
 
     candidates: tuple[str, ...]
@@ -479,6 +480,22 @@ class ReleaseGuess:
         )
 
 
+@dataclass(frozen=True)
+class Reason:
+    """Why a release's numbering cannot be the file's: the stackvm function (its index
+    among the file's stackvm functions), the byte in its code, what is wrong."""
+
+    function: int
+    pc: int
+    message: str
+
+
+def _pc_of(message: str, end: int) -> int:
+    """The code byte a decode/stack message starts with ("byte N: ..."), else ``end``."""
+    head = message.split(":", 1)[0]
+    return int(head[5:]) if head.startswith("byte ") and head[5:].isdigit() else end
+
+
 def _span(releases: tuple[str, ...]) -> str:
     """'1.6-1.9' for a run of consecutive releases, else a comma list."""
     idx = [RELEASES.index(r) for r in releases]
@@ -492,20 +509,23 @@ def guess_release(codes: list[bytes], named: str | None = None) -> ReleaseGuess:
     if named is not None and named not in RELEASES:
         raise ValueError(f"nncase {named} is not a 1.x release ({', '.join(RELEASES)})")
     decodings: dict[str, tuple] = {}
-    reasons: dict[str, str] = {}
+    reasons: dict[str, Reason] = {}
     for rel in RELEASES:
-        try:
-            programs = [decode(c, rel) for c in codes]
-        except UnknownNumber as e:
-            reasons[rel] = str(e)
-            continue
-        why = next(filter(None, (check_stack(p, rel) for p in programs)), None)
-        if why:
-            reasons[rel] = why
-            continue
-        decodings[rel] = tuple(
-            tuple((i.name, tuple(sorted(i.fields.items()))) for i in p) for p in programs
-        )
+        programs = []
+        for index, code in enumerate(codes):
+            try:
+                program = decode(code, rel)
+                why = check_stack(program, rel)
+            except UnknownNumber as e:
+                why = str(e)
+            if why:
+                reasons[rel] = Reason(index, _pc_of(why, len(code)), why)
+                break
+            programs.append(program)
+        else:
+            decodings[rel] = tuple(
+                tuple((i.name, tuple(sorted(i.fields.items()))) for i in p) for p in programs
+            )
     candidates = tuple(decodings)
     ambiguous = len(set(decodings.values())) > 1
     release = named or (candidates[-1] if candidates else None)

@@ -173,15 +173,20 @@ class V5Model(Model):
         """Decode every stackvm function with the release's numbering; refuse a file no
         release reads (damaged) and instructions the host runtime has no handler for."""
         guess, programs = self.release, {}
+        codes = stackvm_codes(self.parsed)
         if guess.release is None:
-            why = "; ".join(f"{r}: {e}" for r, e in guess.reasons.items())
+            newest = guess.reasons[RELEASES[-1]]
+            mod, fn, _ = codes[newest.function]
+            at = mod.section(".text").body.offset + fn.entrypoint + newest.pc
+            others = "; ".join(f"{r}: {e.message}" for r, e in guess.reasons.items())
             raise FormatError(
-                f"{self.name}: the stackvm code is inconsistent with every nncase 1.x "
-                f"release ({why})",
+                f"{self.name}: stackvm function {fn.index} at byte {at:#x}: the code is "
+                f"inconsistent with every nncase 1.x release (read as nncase "
+                f"{RELEASES[-1]}: {newest.message}) [all releases: {others}]",
                 DAMAGED_HINT,
             )
         missing: dict[str, None] = {}
-        for mod, fn, code in stackvm_codes(self.parsed):
+        for mod, fn, code in codes:
             try:
                 program = decode(code, guess.release)
             except UnknownNumber as e:
