@@ -472,6 +472,8 @@ class ReleaseGuess:
         span = _span(self.candidates)
         if len(self.candidates) == len(RELEASES) and not self.ambiguous:
             return "any nncase 1.x (the code reads the same under every release)"
+        if len(self.candidates) == 1:
+            return f"nncase {span} (the only release whose numbering reads this code)"
         if not self.ambiguous:
             return f"nncase {span} (the code reads the same under each)"
         return (

@@ -30,6 +30,7 @@ __all__ = [
     "KModelV5",
     "parse_v5",
     "stackvm_codes",
+    "placement_note",
 ]
 
 KMDL = 0x4B4D444C
@@ -368,3 +369,11 @@ def stackvm_codes(model: KModelV5) -> list[tuple[V5Module, V5Function, bytes]]:
                 )
             out.append((mod, fn, bytes(body[fn.entrypoint : fn.entrypoint + fn.text_size])))
     return out
+
+
+def placement_note(model: KModelV5) -> str | None:
+    """What runs where, when it is not the usual KPU + CPU split (shared by ``model
+    info`` and ``run`` so that both say the same)."""
+    if not any(m.type == "k210" for m in model.modules):
+        return "no K210 module: the model runs entirely on the CPU (stackvm), not on the KPU"
+    return None

@@ -24,11 +24,17 @@ from ..model.stackvm import (
     RELEASES,
     Instruction,
     ReleaseGuess,
-    UnknownNumber,
     decode,
     guess_release,
 )
-from ..model.v5 import KModelV5, MemoryRangeV5, V5Function, V5Module, stackvm_codes
+from ..model.v5 import (
+    KModelV5,
+    MemoryRangeV5,
+    V5Function,
+    V5Module,
+    placement_note,
+    stackvm_codes,
+)
 from .kpu import (
     KPU_RAM_SIZE,
     KPU_ROW,
@@ -89,6 +95,8 @@ class V5Model(Model):
         )
         #: per stackvm function: its decoded instructions
         self._programs: dict[tuple[int, int], list[Instruction]] = self._decode_all()
+        self.notes = [f"written by {self.release.describe()}"]
+        self.notes += filter(None, [placement_note(parsed)])
         self._convs: dict[tuple[int, int, int], ConvLayer] = {}
         self._check_memory(fn)
         for mod in parsed.modules:
@@ -185,17 +193,17 @@ class V5Model(Model):
                 f"{RELEASES[-1]}: {newest.message}) [all releases: {others}]",
                 DAMAGED_HINT,
             )
+        if guess.named and guess.release in guess.reasons:
+            why = guess.reasons[guess.release]
+            raise FormatError(
+                f"{self.name}: stackvm function {codes[why.function][1].index} does not fit "
+                f"the numbering of nncase {guess.release}: {why.message}",
+                "name the release that wrote the file (nncase_release=, --nncase-release), "
+                f"or omit it to detect it (candidates: {', '.join(guess.candidates) or 'none'})",
+            )
         missing: dict[str, None] = {}
         for mod, fn, code in codes:
-            try:
-                program = decode(code, guess.release)
-            except UnknownNumber as e:
-                raise FormatError(
-                    f"{self.name}: stackvm function {fn.index} does not decode with the "
-                    f"numbering of nncase {guess.release}: {e}",
-                    "name the release that wrote the file (nncase_release=, "
-                    "--nncase-release), or omit it to detect it",
-                ) from None
+            program = decode(code, guess.release)  # a candidate or the named one: decodes
             programs[(mod.index, fn.index)] = program
             for ins in program:
                 if ins.name.startswith("tensor.") and ins.name[7:] not in TENSOR:
