@@ -10,6 +10,7 @@ import click
 
 from ..errors import InputError, UsageError
 from ..fileio import write_atomic
+from ..model.stackvm import RELEASES
 from ..units import fmt_size
 from .session import Session
 from .types import ADDRESS
@@ -45,7 +46,7 @@ def _render_info(s: Session, r: dict[str, Any]) -> None:
         if "layers" not in r:  # recognised but not parsed (V1, later versions)
             _render_verdicts(s, r)
             return
-        for key in ("target", "weights_bits", "modules"):
+        for key in ("target", "weights_bits", "modules", "nncase_release"):
             if key in fmt:
                 value = fmt[key]
                 value = ", ".join(value) if isinstance(value, list) else value
@@ -91,8 +92,13 @@ def _render_verdicts(s: Session, r: dict[str, Any]) -> None:
 
 @model_group.command("info")
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "--nncase-release",
+    type=click.Choice(RELEASES),
+    help="V5: the nncase 1.x release that wrote FILE (default: told from its code).",
+)
 @click.pass_obj
-def info_cmd(s: Session, file: str) -> None:
+def info_cmd(s: Session, file: str, nncase_release: str | None) -> None:
     """Version, inputs/outputs, per-layer table, memory needs and per-firmware verdicts.
 
     Works on plain and load_flash word-swapped files; MaixHub .smodel/.emodel files
@@ -100,7 +106,7 @@ def info_cmd(s: Session, file: str) -> None:
     """
     from ..model.info import model_info
 
-    report = model_info(_read(file), file)
+    report = model_info(_read(file), file, nncase_release=nncase_release)
     s.result = report
     _render_info(s, report)
 

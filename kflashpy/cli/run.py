@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import InputError, UsageError
 from ..fileio import write_atomic
+from ..model.stackvm import RELEASES
 from .session import Session
 
 #: an output with at most this many elements (after squeezing) is shown as a classifier
@@ -145,9 +146,14 @@ def _summary(arr: np.ndarray, top: int) -> dict[str, Any]:
     show_default=True,
     help="KPU activation rounding rule (docs/runtime.md).",
 )
+@click.option(
+    "--nncase-release",
+    type=click.Choice(RELEASES),
+    help="V5: the nncase 1.x release that wrote MODEL (default: told from its code).",
+)
 @click.pass_obj
 def run_cmd(s: Session, model_path, inputs, out_dir, no_save, top, resize, rgb888, anchors, classes,
-            threshold, nms, layers_dir, segment, rounding) -> None:  # fmt: skip
+            threshold, nms, layers_dir, segment, rounding, nncase_release) -> None:  # fmt: skip
     """Run MODEL (kmodel V3/V4/V5) on the host, bit-exact with the KPU.
 
     Prints every output (top-k for classifiers), writes them as .npy; with --yolo2
@@ -157,7 +163,7 @@ def run_cmd(s: Session, model_path, inputs, out_dir, no_save, top, resize, rgb88
     from ..runtime import inputs as rt_inputs
     from ..runtime import yolo
 
-    model = runtime.load(model_path)
+    model = runtime.load(model_path, nncase_release=nncase_release)
     if len(inputs) != len(model.inputs):
         raise UsageError(
             f"{model_path} has {len(model.inputs)} input(s), {len(inputs)} --input given",
@@ -177,7 +183,8 @@ def run_cmd(s: Session, model_path, inputs, out_dir, no_save, top, resize, rgb88
         outs, layers = model.run(arrays, **opts), []
     stem = Path(model_path).name.rsplit(".", 1)[0]
     out_path = Path(out_dir)
-    result: dict[str, Any] = {"model": str(model_path), "version": model.version, "outputs": []}
+    result: dict[str, Any] = {"model": str(model_path), "version": model.version,
+                              "notes": model.notes, "outputs": []}  # fmt: skip
     for spec, arr in zip(model.outputs, outs, strict=True):
         entry = {"name": spec.name, **_summary(arr, top)}
         if not no_save:
@@ -223,6 +230,8 @@ def run_cmd(s: Session, model_path, inputs, out_dir, no_save, top, resize, rgb88
 
 def _render(s: Session, r: dict[str, Any]) -> None:
     s.out(f"{r['model']}: kmodel V{r['version']}")
+    for note in r["notes"]:
+        s.out(f"  {note}")
     for o in r["outputs"]:
         s.out(f"{o['name']}: {'x'.join(map(str, o['shape']))} {o['dtype']}  "
               f"min {o['min']:.6g}  max {o['max']:.6g}  mean {o['mean']:.6g}")  # fmt: skip

@@ -20,9 +20,10 @@ from ._binary import Op
 from .detect import KmodelSignature, detect
 from .dispatch import KModel, parse, unswap
 from .kpu_args import KPU_RAM_SIZE, KpuLayerArgs
+from .stackvm import guess_release
 from .v3 import ACTIVATIONS, KModelV3
 from .v4 import BINARY_OPS, REDUCE_OPS, UNARY_OPS, KModelV4
-from .v5 import K210Op, KModelV5
+from .v5 import K210Op, KModelV5, placement_note, stackvm_codes
 
 __all__ = [
     "LOAD_FLASH_HEADER_BUFFER",
@@ -302,8 +303,14 @@ def _io(tensors: list) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def model_info(data: bytes, source: str = "kmodel", firmwares: Any = None) -> dict[str, Any]:
-    """The whole ``model info`` report as a JSON-able dict (see docs/kmodel.md)."""
+def model_info(
+    data: bytes, source: str = "kmodel", firmwares: Any = None, nncase_release: str | None = None
+) -> dict[str, Any]:
+    """The whole ``model info`` report as a JSON-able dict (see docs/kmodel.md).
+
+    For a V5 file, ``nncase_release`` names the nncase release that wrote it instead
+    of telling it from the stackvm code (``format.nncase_release`` says which, and how
+    sure)."""
     sig: KmodelSignature | None = detect(data, source)
     base = {"file": source, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     if sig is None:
@@ -342,7 +349,10 @@ def model_info(data: bytes, source: str = "kmodel", firmwares: Any = None) -> di
         inputs, outputs = model.input_tensors(), model.output_tensors()
     else:
         fmt.update(modules=[m.type for m in model.modules], alignment=model.alignment)
+        guess = guess_release([code for _, _, code in stackvm_codes(model)], nncase_release)
+        fmt.update(nncase_release=guess.describe(), nncase_candidates=list(guess.candidates))
         inputs, outputs = model.input_tensors(), model.output_tensors()
+        notes += filter(None, [placement_note(model)])
     if mem["header_end"] > LOAD_FLASH_MAX_HEADER and sig.version in (3, 4):
         notes.append(
             f"header ends at {mem['header_end']} > 4096: kpu.load_flash reads only 4096 bytes"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import FormatError
 from ._binary import Kinds, NamedRange, Op, Reader, Span, read_fields
 from .kpu_args import ACT_TABLE_SIZE, KPU_ARGS_SIZE, decode_kpu_args
 from .v3 import TensorInfo
@@ -28,6 +29,8 @@ __all__ = [
     "V5Module",
     "KModelV5",
     "parse_v5",
+    "stackvm_codes",
+    "placement_note",
 ]
 
 KMDL = 0x4B4D444C
@@ -347,3 +350,30 @@ def parse_v5(data: bytes | bytearray | memoryview, source: str = "kmodel") -> KM
     if n_mod and entry_mod >= n_mod:
         raise r.fail("header field entry_module", 24, f"{entry_mod} but only {n_mod} modules")
     return KModelV5(version, hs, flags, align, modules, entry_mod, entry_fn, source, r.data)
+
+
+def stackvm_codes(model: KModelV5) -> list[tuple[V5Module, V5Function, bytes]]:
+    """Every stackvm function with its code (its slice of the module's ``.text``)."""
+    out = []
+    for mod in model.modules:
+        if mod.type != "stackvm":
+            continue
+        text = mod.section(".text")
+        body = model.view(text.body) if text and text.body else memoryview(b"")
+        for fn in mod.functions:
+            if fn.entrypoint + fn.text_size > len(body):
+                raise FormatError(
+                    f"{model.source}: stackvm function {fn.index} at byte {fn.offset:#x}: code "
+                    f"{fn.entrypoint}+{fn.text_size} runs past .text ({len(body)} bytes)",
+                    "the model is truncated or damaged: re-export or re-download it",
+                )
+            out.append((mod, fn, bytes(body[fn.entrypoint : fn.entrypoint + fn.text_size])))
+    return out
+
+
+def placement_note(model: KModelV5) -> str | None:
+    """What runs where, when it is not the usual KPU + CPU split (shared by ``model
+    info`` and ``run`` so that both say the same)."""
+    if not any(m.type == "k210" for m in model.modules):
+        return "no K210 module: the model runs entirely on the CPU (stackvm), not on the KPU"
+    return None

@@ -26,10 +26,15 @@ from .model import LayerOutput, Model, TensorSpec
 __all__ = ["load", "Model", "TensorSpec", "LayerOutput", "TieRules", "inputs"]
 
 
-def load(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Model:
+def load(
+    source: str | os.PathLike[str] | bytes | bytearray | memoryview,
+    nncase_release: str | None = None,
+) -> Model:
     """Parse a kmodel (a path or its bytes) and prepare it for :meth:`Model.run`.
 
-    Accepts the word-swapped form written for ``kpu.load_flash`` too. Raises
+    Accepts the word-swapped form written for ``kpu.load_flash`` too. For a V5 file,
+    ``nncase_release`` ("1.0" ... "1.9") names the nncase release that wrote it
+    instead of telling it from the code (see docs/runtime.md). Raises
     :class:`~kflashpy.errors.FormatError` for a file that is not a kmodel (or is
     corrupt) and :class:`~kflashpy.errors.NotImplementedOpError` for a version or op
     the host runtime does not run.
@@ -74,7 +79,7 @@ def load(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Mod
         from ..model.v5 import parse_v5
         from .v5 import V5Model
 
-        return V5Model(parse_v5(data, name))
+        return V5Model(parse_v5(data, name), nncase_release)
     raise NotImplementedOpError(
         f"{name}: kmodel V{sig.version} is not supported by the host runtime",
         "the runtime runs V3, V4 and V5 (K210) models",

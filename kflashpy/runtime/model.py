@@ -132,6 +132,9 @@ class Model:
     """
 
     version: int = 0
+    #: facts about how the file is run (V5: the nncase release that wrote it, a model
+    #: with no KPU part); ``run`` prints them
+    notes: list[str] = []
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     #: the model's KPU layers (key: the interpreter's layer id)

@@ -1,0 +1,315 @@
+"""Elementwise math as nncase 1.x's CPU kernels compute it, bit for bit.
+
+nncase's reference kernels call the C library (``expf``, ``sinf``, ``powf``...) on
+each float and write ``std::min``/``std::max``/``clamp`` with C++'s comparison
+semantics. NumPy's float32 ufuncs use their own vectorised approximations, which
+differ from the C library by an ulp or more, so the transcendental functions here
+call the process's C math library through ctypes, once per distinct input value
+(quantised models have few), and everything else is vectorised NumPy that rounds
+exactly as IEEE float32 does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+
+import numpy as np
+
+F32 = np.float32
+
+
+@functools.cache
+def _libm() -> ctypes.CDLL:
+    name = ctypes.util.find_library("m")
+    lib = ctypes.CDLL(name) if name else ctypes.CDLL(None)
+    return lib
+
+
+@functools.cache
+def _cfunc(name: str, nargs: int):
+    fn = getattr(_libm(), name)
+    fn.restype = ctypes.c_float
+    fn.argtypes = [ctypes.c_float] * nargs
+    return fn
+
+
+def libm(name: str, *args: np.ndarray) -> np.ndarray:
+    """Apply the C library's float function ``name`` elementwise (broadcasting)."""
+    fn = _cfunc(name, len(args))
+    arrays = np.broadcast_arrays(*(np.asarray(a, F32) for a in args))
+    if not arrays[0].size:
+        return np.zeros(arrays[0].shape, F32)
+    if len(arrays) == 1:
+        uniq, inverse = np.unique(arrays[0], return_inverse=True)
+        vals = np.array([fn(float(u)) for u in uniq], F32)
+        return vals[inverse].reshape(arrays[0].shape)
+    pairs = np.stack([a.reshape(-1) for a in arrays], axis=1)
+    uniq, inverse = np.unique(pairs.view(np.uint32), axis=0, return_inverse=True)
+    vals = np.array([fn(*(float(v) for v in row.view(F32))) for row in uniq], F32)
+    return vals[inverse.reshape(-1)].reshape(arrays[0].shape)
+
+
+def c_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``std::min(a, b)``: b if b < a else a (NaN-aware like C++, unlike np.minimum)."""
+    return np.where(b < a, b, a)
+
+
+def c_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``std::max(a, b)``: b if a < b else a."""
+    return np.where(a < b, b, a)
+
+
+def clamp(x: np.ndarray, low: float, high: float) -> np.ndarray:
+    """nncase kernels' fused activation: ``std::max(std::min(x, high), low)``."""
+    return c_max(c_min(x, F32(high)), F32(low))
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C integer division (truncates toward zero)."""
+    if np.any(b == 0):
+        raise ValueError("integer division by zero in tensor.binary div")
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+#: binary ops nncase 1.9's reference kernel implements (others: not_supported there too)
+BINARY = ("add", "sub", "mul", "div", "min", "max", "pow", "logical_and")
+
+
+def binary(name: str, a: np.ndarray, b: np.ndarray, shape, low: float, high: float) -> np.ndarray:
+    """nncase ``kernels::binary``: op, then ``clamp`` in float, cast back to the type."""
+    integer = a.dtype.kind in "iu"
+    with np.errstate(all="ignore"):
+        if name == "add":
+            y = a + b
+        elif name == "sub":
+            y = a - b
+        elif name == "mul":
+            y = a * b
+        elif name == "div":
+            y = _int_div(a, b) if integer else a / b
+        elif name == "min":
+            y = c_min(a, b)
+        elif name == "max":
+            y = c_max(a, b)
+        elif name == "pow":
+            y = libm("powf", a.astype(F32), b.astype(F32))
+        else:  # logical_and
+            y = ((a != 0) & (b != 0)).astype(a.dtype)
+    y = np.broadcast_to(y, tuple(shape))
+    out = clamp(y.astype(F32), low, high)
+    if integer:
+        with np.errstate(all="ignore"):
+            return out.astype(a.dtype)  # C float -> integer truncates
+    return out.astype(a.dtype)
+
+
+_LIBM_UNARY = {"acos": "acosf", "asin": "asinf", "cos": "cosf", "exp": "expf", "log": "logf",
+               "sin": "sinf", "tanh": "tanhf", "erf": "erff"}  # fmt: skip
+#: unary ops of nncase 1.x's reference kernel
+UNARY = (*_LIBM_UNARY, "abs", "ceil", "floor", "neg", "round", "rsqrt", "sign", "sqrt",
+         "square", "logical_not")  # fmt: skip
+
+
+def unary(name: str, x: np.ndarray) -> np.ndarray:
+    """nncase ``kernels::unary`` on float32 ``x``."""
+    x = x.astype(F32)
+    if name in _LIBM_UNARY:
+        return libm(_LIBM_UNARY[name], x)
+    with np.errstate(all="ignore"):
+        if name == "abs":
+            return np.abs(x)
+        if name == "ceil":
+            return np.ceil(x)
+        if name == "floor":
+            return np.floor(x)
+        if name == "neg":
+            return -x
+        if name == "round":
+            return np.rint(x)  # rintf: the current (nearest-even) rounding mode
+        if name == "rsqrt":
+            return (F32(1) / np.sqrt(x)).astype(F32)
+        if name == "sign":
+            return ((x > 0).astype(F32) - (x < 0).astype(F32)).astype(F32)
+        if name == "sqrt":
+            return np.sqrt(x)
+        if name == "square":
+            return x * x
+        if name == "logical_not":
+            return (x == 0).astype(F32)
+    raise ValueError(f"unary op {name}")
+
+
+def fold(x: np.ndarray, axes, fn, init) -> np.ndarray:
+    """Reduce ``axes`` of ``x`` one element at a time in row-major order, as nncase's
+    reference kernels do (``dest = fn(dest, v)`` from ``init``); keeps the reduced
+    axes as size 1. Vectorised over the kept elements, one NumPy step per reduced one.
+    """
+    axes = tuple(sorted(a % x.ndim for a in axes))
+    kept = [a for a in range(x.ndim) if a not in axes]
+    moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
+    flat = moved.reshape(*moved.shape[: len(kept)], -1)
+    acc = np.full(flat.shape[:-1], init, dtype=x.dtype)
+    for j in range(flat.shape[-1]):
+        acc = fn(acc, flat[..., j])
+    keep_shape = tuple(1 if a in axes else x.shape[a] for a in range(x.ndim))
+    return np.asarray(acc, x.dtype).reshape(keep_shape)
+
+
+def softmax(x: np.ndarray, axis: int, beta: float) -> np.ndarray:
+    """nncase reference softmax: max fold, (x - max)*beta, C ``expf``, sequential sum,
+    divide."""
+    x = x.astype(F32)
+    m = fold(x, (axis,), c_max_first, np.finfo(F32).min)
+    e = libm("expf", ((x - m) * F32(beta)).astype(F32))
+    s = fold(e, (axis,), np.add, F32(0))
+    return (e / s).astype(F32)
+
+
+def c_max_first(dest: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``std::max(v, dest)`` (the argument order nncase's softmax uses)."""
+    return c_max(v, dest)
+
+
+def conv2d(x, w, bias, groups: int, stride, pads, dilation, out_hw) -> np.ndarray:
+    """nncase reference conv2d on NCHW float32: each output starts at its bias and adds
+    ``input * weight`` tap by tap (input channel, then kernel row, then column), each
+    product and sum rounded to float32 (taps in the padding are skipped)."""
+    n, c, h, wd = x.shape
+    oc, icg, kh, kw = w.shape
+    (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
+    pt, pl = pads[0], pads[2]
+    ocg = oc // groups
+    x = x.astype(F32)
+    w = w.astype(F32)
+    out = np.empty((n, oc, oh, ow), F32)
+    ys = np.arange(oh) * sh - pt
+    xs = np.arange(ow) * sw - pl
+    for g in range(groups):
+        acc = np.broadcast_to(bias[g * ocg : (g + 1) * ocg].astype(F32)[None, :, None, None],
+                              (n, ocg, oh, ow)).copy()  # fmt: skip
+        for ic in range(icg):
+            plane = x[:, g * icg + ic]
+            for ky in range(kh):
+                yy = ys + ky * dh
+                vy = (yy >= 0) & (yy < h)
+                for kx in range(kw):
+                    xx = xs + kx * dw
+                    vx = (xx >= 0) & (xx < wd)
+                    tap = plane[:, np.clip(yy, 0, h - 1)][:, :, np.clip(xx, 0, wd - 1)]
+                    prod = (
+                        tap[:, None] * w[g * ocg : (g + 1) * ocg, ic, ky, kx][None, :, None, None]
+                    )
+                    valid = (vy[:, None] & vx[None, :])[None, None]
+                    acc = np.where(valid, acc + prod, acc)
+        out[:, g * ocg : (g + 1) * ocg] = acc
+    return out
+
+
+def int_div(a: np.ndarray, b) -> np.ndarray:
+    """C integer division (truncates toward zero)."""
+    return _int_div(np.asarray(a), np.asarray(b))
+
+
+COMPARE = {
+    "equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
+    "greater_equal": np.greater_equal, "less": np.less, "less_equal": np.less_equal,
+}  # fmt: skip
+
+
+def pad(x: np.ndarray, pads: list[tuple[int, int]], mode: str, value) -> np.ndarray:
+    """nncase's pad index rule per axis; negative pads crop."""
+    index, inside = [], []
+    for d, (before, after) in zip(x.shape, pads, strict=True):
+        i = np.arange(d + before + after) - before
+        low, high = i < 0, i > d - 1
+        if mode == "reflect":
+            src = np.where(low, -i, np.where(high, 2 * d - 2 - i, i))
+        elif mode == "symmetric":
+            src = np.where(low, -i - 1, np.where(high, 2 * d - 1 - i, i))
+        else:  # edge, and constant (whose padded elements are overwritten)
+            src = np.clip(i, 0, d - 1)
+        if src.size and (src.min() < 0 or src.max() > d - 1):
+            raise ValueError(f"{mode} padding {before},{after} is wider than the axis ({d})")
+        index.append(src)
+        inside.append(~(low | high))
+    y = x[np.ix_(*index)] if x.ndim else x.copy()
+    if mode == "constant" and x.ndim:
+        n = len(inside)  # np.ix_ would turn boolean vectors into index lists
+        axes = [m.reshape([-1 if k == i else 1 for k in range(n)]) for i, m in enumerate(inside)]
+        mask = functools.reduce(np.logical_and, axes)
+        y = np.where(mask, y, np.asarray(value).astype(x.dtype))
+    return y
+
+
+def reduce_arg(x: np.ndarray, axis: int, largest: bool, last: bool) -> np.ndarray:
+    """Index of the best value along ``axis`` with nncase's rule: a strictly better value
+    restarts the list of candidates; one within 1e-6 of the best so far joins it."""
+    moved = np.moveaxis(x.astype(F32), axis, -1)
+    best = np.full(moved.shape[:-1], np.finfo(F32).min if largest else np.finfo(F32).max, F32)
+    first = np.zeros(best.shape, np.int64)
+    final = np.zeros(best.shape, np.int64)
+    for j in range(moved.shape[-1]):
+        v = moved[..., j]
+        better = v > best if largest else v < best
+        tie = ~better & (np.abs(v - best) < F32(1e-6))
+        first = np.where(better, j, first)
+        final = np.where(better | tie, j, final)
+        best = np.where(better, v, best)
+    return np.expand_dims(final if last else first, axis)
+
+
+def _resize_scale(n_in: int, n_out: int, align_corners: bool) -> np.float32:
+    if align_corners and n_out > 1:
+        return F32(n_in - 1) / F32(n_out - 1)
+    return F32(n_in) / F32(n_out)
+
+
+def resize_bilinear(x: np.ndarray, out_h: int, out_w: int, align: bool, half: bool) -> np.ndarray:
+    """nncase resize_bilinear on (N, C, H, W): float32 source positions and weights,
+    ``v0*a0 + v1*a1 + v2*a2 + v3*a3`` summed left to right, integers rounded by adding
+    0.5 and truncating."""
+
+    def axis(n_in: int, n_out: int):
+        scale = _resize_scale(n_in, n_out, align)
+        o = np.arange(n_out).astype(F32)
+        pos = ((o + F32(0.5)) * scale - F32(0.5)) if half else o * scale
+        pos = pos.astype(F32)
+        lo = np.maximum(np.floor(pos).astype(np.int64), 0)
+        hi = np.minimum(np.ceil(pos).astype(np.int64), n_in - 1)
+        return lo, hi, (pos - lo.astype(F32)).astype(F32)
+
+    y0, y1, fy = axis(x.shape[2], out_h)
+    x0, x1, fx = axis(x.shape[3], out_w)
+    fy, fx = fy[:, None], fx[None, :]
+    a0 = (F32(1) - fy) * (F32(1) - fx)
+    a1 = fy * (F32(1) - fx)
+    a2 = (F32(1) - fy) * fx
+    a3 = fy * fx
+    v = x.astype(F32)
+    r0, r1 = v[:, :, y0], v[:, :, y1]
+    out = r0[..., x0] * a0 + r1[..., x0] * a1 + r0[..., x1] * a2 + r1[..., x1] * a3
+    if x.dtype.kind in "iu":
+        with np.errstate(all="ignore"):
+            return (out + F32(0.5)).astype(x.dtype)
+    return out.astype(x.dtype)
+
+
+def resize_nearest(x: np.ndarray, out_h: int, out_w: int, align: bool, half: bool) -> np.ndarray:
+    """nncase resize_nearest_neighbor: source = min(floor or roundf((o + 0.5?) * scale),
+    n - 1), at least 0 with half-pixel centres."""
+
+    def axis(n_in: int, n_out: int):
+        scale = _resize_scale(n_in, n_out, align)
+        pos = ((np.arange(n_out).astype(F32) + F32(0.5 if half else 0)) * scale).astype(F32)
+        src = (
+            np.where(pos >= 0, np.floor(pos + F32(0.5)), np.ceil(pos - F32(0.5)))
+            if align
+            else np.floor(pos)
+        )
+        src = np.minimum(src.astype(np.int64), n_in - 1)
+        return np.maximum(src, 0) if half else src
+
+    return x[:, :, axis(x.shape[2], out_h)][..., axis(x.shape[3], out_w)]
