@@ -12,8 +12,12 @@ from __future__ import annotations
 import ipaddress
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from .app import Station
 
 __all__ = ["RunningStation", "parse_listen", "start"]
 
@@ -56,9 +60,9 @@ class RunningStation:
     host: str
     port: int
     token: str
-    _server: object = field(repr=False)
+    _server: Any = field(repr=False)
     _thread: threading.Thread = field(repr=False)
-    _station: object = field(repr=False)
+    station: Station = field(repr=False)
 
     def wait(self) -> None:
         """Block until the server stops (Ctrl-C raises KeyboardInterrupt here)."""
@@ -66,10 +70,10 @@ class RunningStation:
             self._thread.join(0.5)
 
     def stop(self) -> None:
-        self._server.shutdown()  # type: ignore[attr-defined]
+        self._server.shutdown()
         self._thread.join(5)
-        self._server.server_close()  # type: ignore[attr-defined]
-        self._station.close()  # type: ignore[attr-defined]
+        self._server.server_close()
+        self.station.close()
 
 
 def start(listen: str | None = None) -> RunningStation:
