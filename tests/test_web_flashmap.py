@@ -73,6 +73,16 @@ def test_shared_sector_is_a_warning_mark_and_names_are_escaped() -> None:
     assert {g.get("data-name") for g in _by_class(root, "region")} == {"a<&>.bin", "b.bin"}
 
 
+def test_small_plans_get_a_magnified_bar() -> None:
+    small = plan_flash([FlashItem(0x300000, b"\x01" * 5000, "a.bin"),
+                        FlashItem(0x310000, b"\x02" * 5000, "b.bin")])  # fmt: skip
+    (detail,) = _by_class(_parse(flash_map_svg(small)), "detail")
+    assert (int(detail.get("data-start")), int(detail.get("data-end"))) == (0x300000, 0x320000)
+    assert detail.find(f"{NS}rect") is not None  # the regions are drawn again, magnified
+    spread = plan_flash([FlashItem(0, FW, "maixpy.bin"), FlashItem(0xC00000, b"\x01", "x.bin")])
+    assert not _by_class(_parse(flash_map_svg(spread)), "detail")
+
+
 def test_check_layout_writes_svg(tmp_path, capsys) -> None:
     (tmp_path / "a.bin").write_bytes(b"\x01" * 5000)
     (tmp_path / "b.bin").write_bytes(b"\x02" * 5000)

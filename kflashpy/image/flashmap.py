@@ -6,8 +6,9 @@ by its worst finding (red: error, orange: warning); regions that overlap go on s
 lanes so both stay visible. The firmware layout's reserved areas (MaixPy's SPIFFS) are
 hatched across all lanes, free space is shown as such, and every collision (bytes two
 regions share, a region inside a reserved area, a shared 4 KiB erase sector) is a red or
-orange mark on the collision band under the bar. A legend lists every region with its
-range, so regions too small to label on the bar can still be read.
+orange mark on the collision band under the bar. When everything written fits in a
+quarter of the flash, a magnified bar under the first shows that span, so a 64 KiB
+region and its collisions are visible too; a legend lists every region with its range.
 
 ``check-layout --svg FILE`` writes it; the web station (:mod:`kflashpy.web`) shows it.
 Every element carries ``class`` and ``data-*`` attributes (``region``, ``reserved``,
@@ -16,6 +17,7 @@ Every element carries ``class`` and ``data-*`` attributes (``region``, ``reserve
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
 from ..units import fmt_addr
@@ -27,6 +29,7 @@ WIDTH = 960
 MARGIN = 20
 LANE_HEIGHT = 34
 MIN_BOX = 3  # px: a 4 KiB region on a 16 MiB map is a quarter of a pixel wide
+DETAIL_STEP = 64 * 1024
 
 #: fill per content kind (``ContentInfo.kind``); anything else is "other"
 _KIND_FILL = {
@@ -115,118 +118,175 @@ def _free(plan: FlashPlan, regions: list[PlannedRegion]) -> list[tuple[int, int]
     return [(s, e) for s, e in gaps if e > s]
 
 
-def flash_map_svg(plan: FlashPlan, *, title: str | None = None) -> str:
-    """The plan's flash map as a standalone SVG document (a ``str``)."""
-    size = plan.flash_size
-    regions = sorted(plan.regions, key=lambda r: (r.address, r.end))
+@dataclass
+class _Bar:
+    """One drawn bar: the address window ``[lo, hi)`` mapped onto the picture's width."""
+
+    lo: int
+    hi: int
+    top: int
+    height: int
+    #: the main bar carries the class/data attributes; the magnified one is a picture only
+    semantic: bool
+
+    def x(self, addr: int) -> float:
+        return MARGIN + (min(max(addr, self.lo), self.hi) - self.lo) * WIDTH / (self.hi - self.lo)
+
+    def w(self, start: int, end: int) -> float:
+        return max(MIN_BOX, self.x(end) - self.x(start))
+
+    def attrs(self, cls: str, **data: object) -> str:
+        if not self.semantic:
+            return ""
+        return f'class="{cls}" ' + "".join(
+            f"data-{k.replace('_', '-')}={quoteattr(str(v))} " for k, v in data.items()
+        )
+
+
+def _draw_bar(out: list[str], plan: FlashPlan, regions: list[PlannedRegion], bar: _Bar) -> int:
+    """Free space, reserved areas, regions (one lane each) and collision marks; returns
+    the y of the collision band's bottom."""
     lanes = _lanes(regions)
-    n_lanes = max(lanes, default=0) + 1
     status = region_status(plan)
-
-    def x(addr: int) -> float:
-        return MARGIN + min(max(addr, 0), size) * WIDTH / size
-
-    def w(start: int, end: int) -> float:
-        return max(MIN_BOX, x(end) - x(start))
-
-    top = 44
-    bar_h = n_lanes * LANE_HEIGHT
-    band_y = top + bar_h + 6
-    axis_y = band_y + 16
-    legend_y = axis_y + 30
-    height = legend_y + 18 * (
-        len(regions) + len(plan.layout.reserved_regions if plan.layout else ())
-    )
-    height += 24
-    total_w = WIDTH + 2 * MARGIN
-    head = title or (
-        f"Flash map: {plan.board.name}, {_mib(size)}"
-        + (f", layout {plan.layout.name}" if plan.layout else "")
-    )
-    errors, warnings = len(plan.errors), len(plan.warnings)
-    verdict = (
-        "no collision" if plan.ok and not warnings else f"{errors} error(s), {warnings} warning(s)"
-    )
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="flash-map" width="{total_w}" '
-        f'height="{height}" viewBox="0 0 {total_w} {height}" font-family="sans-serif" '
-        f'font-size="11" data-flash-size="{size}" data-ok="{str(plan.ok).lower()}">',
-        "<defs>"
-        '<pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
-        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eeeeee"/>'
-        '<line x1="0" y1="0" x2="0" y2="6" stroke="#999999" stroke-width="2"/></pattern>'
-        "</defs>",
-        f'<text x="{MARGIN}" y="18" font-size="14" font-weight="bold">{escape(head)}</text>',
-        f'<text x="{MARGIN}" y="34" class="verdict" '
-        f'fill="{_STATUS_STROKE["error" if errors else "warning" if warnings else "ok"]}">'
-        f"{escape(verdict)}</text>",
-    ]
-    for s, e in _free(plan, regions):
+    top, bar_h = bar.top, bar.height
+    visible = [(s, e) for s, e in _free(plan, regions) if e > bar.lo and s < bar.hi]
+    for s, e in visible:
+        x, w = bar.x(s), bar.w(s, e)
         out.append(
-            f'<rect class="free" data-start="{s}" data-end="{e}" x="{x(s):.1f}" y="{top}" '
-            f'width="{w(s, e):.1f}" height="{bar_h}" fill="#f7f7f2" stroke="#cccccc">'
+            f'<rect {bar.attrs("free", start=s, end=e)}x="{x:.1f}" y="{top}" width="{w:.1f}" '
+            f'height="{bar_h}" fill="#f7f7f2" stroke="#cccccc">'
             f"<title>free {fmt_addr(s)}-{fmt_addr(e - 1)} ({_mib(e - s)})</title></rect>"
         )
-        if x(e) - x(s) > 70:
+        if w > 70:
             out.append(
-                f'<text x="{x(s) + 4:.1f}" y="{top + 14}" fill="#888888">free {_mib(e - s)}</text>'
+                f'<text x="{x + 4:.1f}" y="{top + 14}" fill="#888888">free {_mib(e - s)}</text>'
             )
     for res in plan.layout.reserved_regions if plan.layout else ():
+        if res.end <= bar.lo or res.start >= bar.hi:
+            continue
         out.append(
-            f'<g class="reserved" data-name={quoteattr(res.name)} data-start="{res.start}" '
-            f'data-end="{res.end}"><rect x="{x(res.start):.1f}" y="{top}" '
-            f'width="{w(res.start, res.end):.1f}" height="{bar_h}" fill="url(#hatch)" '
-            f'stroke="#777777"><title>reserved {escape(res.name)} {fmt_addr(res.start)}-'
-            f"{fmt_addr(res.end - 1)}: {escape(res.note)}</title></rect>"
-            f'<text x="{x(res.start) + 4:.1f}" y="{top + bar_h - 6}" fill="#444444">'
+            f"<g {bar.attrs('reserved', name=res.name, start=res.start, end=res.end)}>"
+            f'<rect x="{bar.x(res.start):.1f}" y="{top}" width="{bar.w(res.start, res.end):.1f}" '
+            f'height="{bar_h}" fill="url(#hatch)" stroke="#777777"><title>reserved '
+            f"{escape(res.name)} {fmt_addr(res.start)}-{fmt_addr(res.end - 1)}: "
+            f"{escape(res.note)}</title></rect>"
+            f'<text x="{bar.x(res.start) + 4:.1f}" y="{top + bar_h - 6}" fill="#444444">'
             f"{escape(res.name)} (reserved)</text></g>"
         )
     for r, lane in zip(regions, lanes, strict=True):
+        if r.end <= bar.lo or r.address >= bar.hi:
+            continue
         st = status.get(r.label, "ok")
         fill = _KIND_FILL.get(r.content.kind, _KIND_FILL["other"])
         y = top + lane * LANE_HEIGHT + 3
-        bw = w(r.address, r.end)
+        bw = bar.w(r.address, r.end)
         short = r.label.replace("\\", "/").rsplit("/", 1)[-1]
         label = escape(short) if bw > 7 * len(short) else ""
+        data = bar.attrs("region", name=r.label, start=r.address, end=r.end, status=st,
+                         kind=r.content.kind)  # fmt: skip
         out.append(
-            f'<g class="region" data-name={quoteattr(r.label)} data-start="{r.address}" '
-            f'data-end="{r.end}" data-status="{st}" data-kind="{escape(r.content.kind)}">'
-            f'<rect x="{x(r.address):.1f}" y="{y}" width="{bw:.1f}" height="{LANE_HEIGHT - 6}" '
-            f'fill="{fill}" fill-opacity="{0.45 if r.resident else 0.85}" '
-            f'stroke="{_STATUS_STROKE[st]}" stroke-width="{3 if st != "ok" else 1}">'
-            f"<title>{escape(r.label)} {escape(r.range_text)} ({_mib(r.size)}, "
-            f"{escape(r.content.label)}): {st}</title></rect>"
+            f'<g {data}><rect x="{bar.x(r.address):.1f}" y="{y}" width="{bw:.1f}" '
+            f'height="{LANE_HEIGHT - 6}" fill="{fill}" '
+            f'fill-opacity="{0.45 if r.resident else 0.85}" stroke="{_STATUS_STROKE[st]}" '
+            f'stroke-width="{3 if st != "ok" else 1}"><title>{escape(r.label)} '
+            f"{escape(r.range_text)} ({_mib(r.size)}, {escape(r.content.label)}): {st}</title>"
+            "</rect>"
             + (
-                f'<text x="{x(r.address) + 4:.1f}" y="{y + 18}" fill="#ffffff">{label}</text>'
+                f'<text x="{bar.x(r.address) + 4:.1f}" y="{y + 18}" fill="#ffffff">{label}</text>'
                 if label
                 else ""
             )
             + "</g>"
         )
+    band_y = top + bar_h + 6
     out.append(
-        f'<rect x="{MARGIN}" y="{band_y}" width="{WIDTH}" height="8" fill="#fafafa" stroke="#dddddd"/>'
+        f'<rect x="{MARGIN}" y="{band_y}" width="{WIDTH}" height="8" fill="#fafafa" '
+        'stroke="#dddddd"/>'
     )
     for s, e, sev, text in _collisions(plan, regions):
+        if e <= bar.lo or s >= bar.hi:
+            continue
         out.append(
-            f'<rect class="collision" data-severity="{sev}" data-start="{s}" data-end="{e}" '
-            f'x="{x(s) - 2:.1f}" y="{top - 2}" width="{w(s, e) + 4:.1f}" '
+            f"<rect {bar.attrs('collision', severity=sev, start=s, end=e)}"
+            f'x="{bar.x(s) - 2:.1f}" y="{top - 2}" width="{bar.w(s, e) + 4:.1f}" '
             f'height="{band_y + 8 - top + 4}" fill="{_STATUS_STROKE[sev]}" fill-opacity="0.25" '
             f'stroke="{_STATUS_STROKE[sev]}" stroke-width="2" stroke-dasharray="4 2">'
             f"<title>{escape(text)} at {fmt_addr(s)}-{fmt_addr(e - 1)}</title></rect>"
         )
+    return band_y + 8
+
+
+def _detail_window(plan: FlashPlan, regions: list[PlannedRegion]) -> tuple[int, int] | None:
+    """The span the regions use, on 64 KiB bounds, when it is small enough to magnify."""
+    if not regions:
+        return None
+    lo = min(r.address for r in regions) // DETAIL_STEP * DETAIL_STEP
+    hi = -(-max(r.end for r in regions) // DETAIL_STEP) * DETAIL_STEP
+    hi = min(hi, plan.flash_size) if lo < plan.flash_size else hi
+    return (lo, hi) if hi > lo and (hi - lo) * 4 <= plan.flash_size else None
+
+
+def flash_map_svg(plan: FlashPlan, *, title: str | None = None) -> str:
+    """The plan's flash map as a standalone SVG document (a ``str``).
+
+    When everything written fits in a quarter of the flash, a second, magnified bar
+    shows that span (64 KiB bounds), so small regions and their collisions are visible.
+    """
+    size = plan.flash_size
+    regions = sorted(plan.regions, key=lambda r: (r.address, r.end))
+    n_lanes = max(_lanes(regions), default=0) + 1
+    reserved = plan.layout.reserved_regions if plan.layout else ()
+    bar_h = n_lanes * LANE_HEIGHT
+    main = _Bar(0, size, 44, bar_h, semantic=True)
+    errors, warnings = len(plan.errors), len(plan.warnings)
+    head = title or (
+        f"Flash map: {plan.board.name}, {_mib(size)}"
+        + (f", layout {plan.layout.name}" if plan.layout else "")
+    )
+    verdict = (
+        "no collision" if plan.ok and not warnings else f"{errors} error(s), {warnings} warning(s)"
+    )
+    body: list[str] = [
+        f'<text x="{MARGIN}" y="18" font-size="14" font-weight="bold">{escape(head)}</text>',
+        f'<text x="{MARGIN}" y="34" class="verdict" '
+        f'fill="{_STATUS_STROKE["error" if errors else "warning" if warnings else "ok"]}">'
+        f"{escape(verdict)}</text>",
+    ]
+    axis_y = _draw_bar(body, plan, regions, main) + 8
     for mib in range(0, size // (1 << 20) + 1, 2 if size > (8 << 20) else 1):
-        ax = x(mib << 20)
-        out.append(
+        ax = main.x(mib << 20)
+        body.append(
             f'<line x1="{ax:.1f}" y1="{axis_y - 4}" x2="{ax:.1f}" y2="{axis_y}" stroke="#666666"/>'
             f'<text x="{ax:.1f}" y="{axis_y + 11}" text-anchor="middle" fill="#666666">'
             f"{mib}M</text>"
         )
-    y = legend_y
+    y = axis_y + 30
+    window = _detail_window(plan, regions)
+    if window is not None:
+        lo, hi = window
+        detail = _Bar(lo, hi, y + 20, bar_h, semantic=False)
+        body.append(
+            f'<g class="detail" data-start="{lo}" data-end="{hi}">'
+            f'<text x="{MARGIN}" y="{y + 10}" fill="#444444">magnified: '
+            f"{fmt_addr(lo)}-{fmt_addr(hi - 1)} ({_mib(hi - lo)})</text>"
+            f'<path d="M{main.x(lo):.1f},{main.top + bar_h} L{MARGIN},{detail.top} '
+            f'M{main.x(hi):.1f},{main.top + bar_h} L{MARGIN + WIDTH},{detail.top}" '
+            'stroke="#aaaaaa" stroke-dasharray="3 3" fill="none"/>'
+        )
+        bottom = _draw_bar(body, plan, regions, detail)
+        for addr, anchor in ((lo, "start"), (hi, "end")):
+            body.append(
+                f'<text x="{detail.x(addr):.1f}" y="{bottom + 12}" text-anchor="{anchor}" '
+                f'fill="#666666">{fmt_addr(addr)}</text>'
+            )
+        body.append("</g>")
+        y = bottom + 40
+    status = region_status(plan)
     for r in regions:
         st = status.get(r.label, "ok")
         fill = _KIND_FILL.get(r.content.kind, _KIND_FILL["other"])
         where = " (on board)" if r.resident else ""
-        out.append(
+        body.append(
             f'<rect x="{MARGIN}" y="{y - 9}" width="10" height="10" fill="{fill}" '
             f'stroke="{_STATUS_STROKE[st]}" stroke-width="2"/>'
             f'<text class="legend" x="{MARGIN + 16}" y="{y}" fill="{_STATUS_STROKE[st]}">'
@@ -234,13 +294,23 @@ def flash_map_svg(plan: FlashPlan, *, title: str | None = None) -> str:
             f"[{escape(r.content.label)}]  {st}</text>"
         )
         y += 18
-    for res in plan.layout.reserved_regions if plan.layout else ():
-        out.append(
+    for res in reserved:
+        body.append(
             f'<rect x="{MARGIN}" y="{y - 9}" width="10" height="10" fill="url(#hatch)" '
             f'stroke="#777777"/><text class="legend" x="{MARGIN + 16}" y="{y}" fill="#444444">'
             f"{fmt_addr(res.start)}-{fmt_addr(res.end - 1)}  {_mib(res.size):>10}  "
             f"[{escape(res.name)}] reserved {escape(res.kind)}</text>"
         )
         y += 18
-    out.append("</svg>")
-    return "\n".join(out)
+    height, total_w = y + 10, WIDTH + 2 * MARGIN
+    head_svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="flash-map" width="{total_w}" '
+        f'height="{height}" viewBox="0 0 {total_w} {height}" font-family="sans-serif" '
+        f'font-size="11" data-flash-size="{size}" data-ok="{str(plan.ok).lower()}">'
+        "<defs>"
+        '<pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eeeeee"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#999999" stroke-width="2"/></pattern>'
+        "</defs>"
+    )
+    return "\n".join([head_svg, *body, "</svg>"])

@@ -171,6 +171,7 @@ def list_ports(ws: Workspace) -> dict[str, Any]:
         ports.append(
             {
                 "port": c.device,
+                "label": c.device,
                 "bridge": c.bridge,
                 "usb": f"{c.vid:04X}:{c.pid:04X}",
                 "serial": c.serial_number,
@@ -178,8 +179,16 @@ def list_ports(ws: Workspace) -> dict[str, Any]:
                 "virtual": False,
             }
         )
-    for url, board in ws.virtual.items():
-        ports.append({"port": url, "bridge": "virtual K210", "boards": [board], "virtual": True})
+    for n, (url, board) in enumerate(ws.virtual.items(), 1):
+        ports.append(
+            {
+                "port": url,
+                "label": f"virtual {board} #{n}",
+                "bridge": "virtual K210 (sim://)",
+                "boards": [board],
+                "virtual": True,
+            }
+        )
     return {
         "ports": ports,
         "boards": [

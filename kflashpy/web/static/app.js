@@ -90,7 +90,7 @@ async function loadPorts() {
   state.ports = r.ports;
   const tbody = $("#ports-table tbody");
   tbody.replaceChildren(...r.ports.map((p) => el("tr", { "data-port": p.port },
-    el("td", {}, el("code", {}, p.port)), el("td", {}, p.bridge),
+    el("td", {}, p.label, p.virtual ? el("div", { class: "hint" }, p.port) : ""), el("td", {}, p.bridge),
     el("td", {}, p.boards.join(", ") || "?"),
     el("td", {}, r.busy.includes(p.port) ? "busy" : "idle"))));
   if (!r.ports.length) tbody.append(el("tr", {}, el("td", { colspan: 4 }, "no board found: plug one in, or add a virtual board")));
@@ -102,7 +102,7 @@ function renderTargets() {
   const ticked = new Set([...box.querySelectorAll("input:checked")].map((i) => i.value));
   box.replaceChildren(...state.ports.map((p) => el("label", { class: "target" },
     Object.assign(el("input", { type: "checkbox", value: p.port, class: "target-box" }), { checked: ticked.has(p.port) }),
-    " " + (p.virtual ? "virtual " + p.boards[0] + " #" + (state.ports.filter((q) => q.virtual).indexOf(p) + 1) : p.port + " (" + p.bridge + ")"))));
+    " " + p.label + (p.virtual ? "" : " (" + p.bridge + ")"))));
   if (!state.ports.length) box.append("No boards: see the Boards tab.");
 }
 
@@ -222,7 +222,7 @@ function card(port) {
   let c = document.querySelector(`.board-card[data-port="${CSS.escape(port)}"]`);
   if (!c) {
     c = el("div", { class: "board-card", "data-port": port },
-      el("div", { class: "board-name" }, port.startsWith("sim://") ? "virtual " + port.slice(6).split("&")[0] : port),
+      el("div", { class: "board-name" }, (state.ports.find((p) => p.port === port) || { label: port }).label),
       el("progress", { max: 1, value: 0 }),
       el("div", { class: "board-stage" }, "waiting"),
       el("div", { class: "board-status" }, ""));
