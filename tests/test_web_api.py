@@ -239,3 +239,21 @@ def test_model_info_prep_and_seal(client) -> None:
     notmodel = upload(client, "x.bin", b"\x00" * 64)
     r = client.post("/api/model/info", json={"file": notmodel["id"]})
     assert r.status_code == 400 and "not a kmodel" in r.json["error"]["message"]
+
+
+@pytest.mark.slow
+def test_compare_a_burned_model_with_the_host(client) -> None:
+    """Burn a firmware and a model to a virtual MaixPy board, then compare it with the host."""
+    mnist = FIX / "v3" / "mnist_maixpy-scripts.kmodel"
+    port = client.post("/api/virtual", json={}).json["port"]
+    fw = upload(client, "firmware.bin", b"\x13\x00\x00\x00" * 1024)  # wrapped at 0: boots
+    m = upload(client, mnist.name, mnist.read_bytes())
+    items = [{"file": fw["id"], "address": 0}, {"file": m["id"], "address": "0x300000"}]
+    job = client.post("/api/burn", json={"items": items, "ports": [port], "verify": False}).json
+    assert wait_job(client, job["job"])["ok"]
+    body = {"model": m["id"], "port": port, "address": "0x300000"}
+    r = client.post("/api/model/compare", json=body)
+    assert r.status_code == 200, r.json
+    assert r.json["passed"] and r.json["outputs"][0]["mismatches"] == 0
+    wrong = client.post("/api/model/compare", json={**body, "address": "0x310000"})
+    assert wrong.status_code == 400 and "does not hold the model" in wrong.json["error"]["message"]

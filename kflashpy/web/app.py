@@ -23,6 +23,7 @@ from werkzeug.exceptions import HTTPException
 from ..errors import EXIT_DEVICE, KflashError, UsageError
 from ..image.flashmap import flash_map_svg
 from ..target.boards import load_firmwares
+from ..units import parse_int
 from . import station
 from .jobs import JobTable
 
@@ -199,16 +200,7 @@ def create_app(st: Station) -> Flask:
     @app.post("/api/burn")
     def burn() -> Response:
         body = _json_body()
-        ports = [str(p) for p in body.get("ports") or []]
-        if not ports:
-            raise UsageError("no board chosen", "tick one or more boards to burn")
-        known = {p["port"] for p in station.list_ports(ws)["ports"]}
-        unknown = [p for p in ports if p not in known]
-        if unknown:
-            raise UsageError(
-                f"{', '.join(unknown)}: not a port of this station",
-                "pick boards from the Boards list (add virtual boards there)",
-            )
+        ports = _known_ports([str(p) for p in body.get("ports") or []])
         p = station.plan_from_spec(ws, body)
         p.raise_on_errors(bool(body.get("force")))
         st.locks.claim(ports)
@@ -246,6 +238,19 @@ def create_app(st: Station) -> Flask:
                     yield f"event: {ev['kind']}\ndata: {json.dumps(ev)}\n\n"
 
         return Response(stream(), mimetype="text/event-stream")
+
+    def _known_ports(ports: list[str]) -> list[str]:
+        """Only ports the station lists (never a URL naming a file of the request's choice)."""
+        if not ports or not all(ports):
+            raise UsageError("no board chosen", "pick one or more boards (Boards tab)")
+        known = {p["port"] for p in station.list_ports(ws)["ports"]}
+        unknown = [p for p in ports if p not in known]
+        if unknown:
+            raise UsageError(
+                f"{', '.join(unknown)}: not a port of this station",
+                "pick boards from the Boards list (add virtual boards there)",
+            )
+        return ports
 
     def _job(job_id: str):
         job = st.jobs.get(job_id)
@@ -298,6 +303,23 @@ def create_app(st: Station) -> Flask:
                 "key_hex": key.hex() if generated else None,
             }
         )
+
+    @app.post("/api/model/compare")
+    def model_compare() -> Response:
+        body = _json_body()
+        model = ws.get(str(body.get("model")))
+        image = ws.get(str(body["image"])) if body.get("image") else None
+        port = _known_ports([str(body.get("port") or "")])[0]
+        address = parse_int(body.get("address", ""), "model address")
+        st.locks.claim([port])
+        try:
+            report = station.compare_on_board(
+                ws, model, port, address=address, load_flash=bool(body.get("load_flash")),
+                image=image,
+            )  # fmt: skip
+        finally:
+            st.locks.release([port])
+        return jsonify(report)
 
     @app.post("/api/model/run")
     def model_run() -> Response:

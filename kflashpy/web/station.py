@@ -17,6 +17,8 @@ same way the page does. Parts:
   per-board burn, so a library-level parallel runner can replace its body.
 * :func:`run_on_host`: run a kmodel on an uploaded image; top-k for classifiers, YOLO v2
   boxes drawn on the image for region outputs.
+* :func:`compare_on_board`: the same model on a MaixPy board (through its REPL) and on
+  the host, output by output (:func:`kflashpy.compare`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "PortLocks",
     "Workspace",
     "burn_boards",
+    "compare_on_board",
     "image_preview",
     "kfpkg_bytes",
     "list_ports",
@@ -410,6 +413,35 @@ def run_on_host(
         return result
     finally:
         path.unlink(missing_ok=True)
+
+
+def compare_on_board(
+    ws: Workspace,
+    model: StoredFile,
+    port: str,
+    *,
+    address: int,
+    load_flash: bool = False,
+    image: StoredFile | None = None,
+) -> dict[str, Any]:
+    """Compare ``model`` (burned at ``address`` on the MaixPy board at ``port``) with the
+    host runtime on ``image`` (or random input when none): the compare report as a dict."""
+    from ..maixpy.compare import LoadSpec, compare
+    from ..maixpy.repl import open_repl
+
+    spec = LoadSpec(addr=address, load_flash=load_flash)
+    path = ws.scratch(Path(image.name).suffix.lstrip(".")) if image is not None else None
+    try:
+        if path is not None and image is not None:
+            path.write_bytes(image.data)
+        with open_repl(port) as repl:
+            report = compare(
+                repl, model.data, spec, str(path) if path else "random:1", model_name=model.name
+            )
+        return report.as_dict()
+    finally:
+        if path is not None:
+            path.unlink(missing_ok=True)
 
 
 def image_preview(image: StoredFile) -> str:

@@ -97,6 +97,13 @@ async function loadPorts() {
   renderTargets();
 }
 
+function renderComparePorts() {
+  const sel = $("#compare-port");
+  const keep = sel.value;
+  sel.replaceChildren(...state.ports.map((p) => el("option", { value: p.port }, p.label)));
+  if (keep) sel.value = keep;
+}
+
 function renderTargets() {
   const box = $("#burn-targets");
   const ticked = new Set([...box.querySelectorAll("input:checked")].map((i) => i.value));
@@ -327,7 +334,7 @@ $("#model-file").addEventListener("change", guarded(async (e) => {
   state.model = await upload(f);
   $("#model-name").textContent = state.model.name;
   renderModelInfo(await api("/api/model/info", { method: "POST", body: { file: state.model.id } }));
-  $("#prep-btn").disabled = $("#seal-btn").disabled = false;
+  $("#prep-btn").disabled = $("#seal-btn").disabled = $("#compare-btn").disabled = false;
   $("#run-btn").disabled = !state.image;
 }));
 $("#image-file").addEventListener("change", guarded(async (e) => {
@@ -377,6 +384,20 @@ $("#run-btn").addEventListener("click", guarded(async () => {
   }
   $("#run-result").replaceChildren(...parts);
   status(r.detections ? r.detections.length + " detection(s)" : "done");
+}));
+
+$("#compare-btn").addEventListener("click", guarded(async () => {
+  status("comparing on the board…");
+  const r = await api("/api/model/compare", { method: "POST", body: {
+    model: state.model.id, image: state.image ? state.image.id : null, port: $("#compare-port").value,
+    address: $("#compare-address").value, load_flash: $("#compare-load-flash").checked } });
+  $("#compare-result").replaceChildren(
+    el("p", { class: r.passed ? "good" : "bad", id: "compare-verdict" },
+      (r.passed ? "board and host agree" : "board and host DIFFER") + ` (${r.load}, input ${r.input})`),
+    table(["output", "shape", "dtype", "mismatches", "max |diff|", "result"], r.outputs.map((o) =>
+      [o.index, o.shape.join("×"), o.dtype, o.mismatches + " / " + o.elements, o.max_abs ?? o.problem, o.passed ? "ok" : "DIFFERS"])),
+    ...r.notes.map((n) => el("p", { class: "hint" }, n)));
+  status(r.passed ? "compare passed" : "compare found differences", !r.passed);
 }));
 
 // --- start ----------------------------------------------------------------------------
