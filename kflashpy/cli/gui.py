@@ -28,8 +28,9 @@ def gui_cmd(s: Session, listen: str | None, no_browser: bool) -> None:
     try:
         if not is_loopback(station.host):
             s.warn(f"listening on {station.host}: anyone who can reach it and has the URL can burn")
-        s.info(f"kflashpy web station: {station.url}")
-        s.info("(Ctrl-C to stop)")
+        # the URL is this command's output, shown even with -q/--json (stderr, flushed)
+        s.echo(f"kflashpy web station: {station.url}  (Ctrl-C to stop)", err=True)
+        s.result = {"url": station.url}
         if not no_browser:
             import webbrowser
 
