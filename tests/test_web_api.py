@@ -9,6 +9,7 @@ import os
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from PIL import Image
@@ -109,6 +110,28 @@ def test_listen_parsing() -> None:
     assert parse_listen("[::1]:9000") == ("::1", 9000)
     with pytest.raises(Exception, match="bad port"):
         parse_listen("127.0.0.1:http")
+
+
+def test_boards_lists_detected_ports_with_the_board_guess(client, monkeypatch) -> None:
+    from kflashpy.isp import ports
+
+    fake = [
+        SimpleNamespace(device="/dev/ttyUSB7", vid=0x1A86, pid=0x7523, location=None,
+                        serial_number=None),
+        SimpleNamespace(device="/dev/ttyUSB8", vid=0x0403, pid=0x6010, location="1-1:1.1",
+                        serial_number="OE1"),
+    ]  # fmt: skip
+    monkeypatch.setattr(ports.list_ports, "comports", lambda: fake)
+    client.post("/api/virtual", json={"board": "maix-go"})
+    listed = {p["port"]: p for p in client.get("/api/ports").json["ports"]}
+    assert (
+        "maix-dock" in listed["/dev/ttyUSB7"]["boards"]
+        and "WCH" in listed["/dev/ttyUSB7"]["bridge"]
+    )
+    assert "maix-go" in listed["/dev/ttyUSB8"]["boards"]
+    assert "maix-bit" not in listed["/dev/ttyUSB8"]["boards"]  # its UART is interface 0
+    (virtual,) = [p for p in listed.values() if p["virtual"]]
+    assert virtual["label"] == "virtual maix-go #1" and virtual["port"].startswith("sim://")
 
 
 # --- plan ---------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def create_app(st: Station) -> Flask:
 
     @app.errorhandler(KflashError)
     def kflash_error(e: KflashError) -> Response:
-        status = 409 if "already running" in e.message else 400
+        status = 409 if isinstance(e, station.PortBusy) else 400
         if e.exit_code == EXIT_DEVICE:
             status = 502
         return _error(status, e.kind, e.message, e.hint)

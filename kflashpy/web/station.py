@@ -42,11 +42,12 @@ from ..image.content import detect_content
 from ..image.kfpkg import KfpkgEntry, read_kfpkg, write_kfpkg
 from ..image.plan import FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 from ..progress import Progress
-from ..target.boards import Board, load_boards
+from ..target.boards import get_board, load_boards
 from ..units import parse_int
 
 __all__ = [
     "BoardEvent",
+    "PortBusy",
     "PortLocks",
     "Workspace",
     "burn_boards",
@@ -143,34 +144,19 @@ class Workspace:
 
     def add_virtual(self, board: str) -> str:
         """A virtual board whose flash persists in the temp dir (so it can be verified)."""
-        b = _board(board)
+        b = get_board(board)
         n = len(self.virtual) + 1
         url = f"sim://?board={b.id}&flash={self.tmp / f'virtual-{n}.img'}"
         self.virtual[url] = b.id
         return url
 
 
-def _board(name: str | None) -> Board:
-    from ..target.boards import get_board
-
-    return get_board(name)
-
-
 def list_ports(ws: Workspace) -> dict[str, Any]:
     """Detected serial ports (with the boards their USB bridge suggests) and virtual boards."""
-    from ..isp.ports import candidates
+    from ..isp.ports import candidates, suggested_boards
 
-    boards = load_boards()
-    ports = []
+    ports: list[dict[str, Any]] = []
     for c in candidates():
-        guesses = [
-            b.id
-            for b in boards.values()
-            if any(
-                u.vid == c.vid and (u.pid is None or u.pid == c.pid)
-                for u in b.usb  # same rule as the port auto-pick
-            )
-        ]
         ports.append(
             {
                 "port": c.device,
@@ -178,7 +164,7 @@ def list_ports(ws: Workspace) -> dict[str, Any]:
                 "bridge": c.bridge,
                 "usb": f"{c.vid:04X}:{c.pid:04X}",
                 "serial": c.serial_number,
-                "boards": guesses,
+                "boards": suggested_boards(c),
                 "virtual": False,
             }
         )
@@ -195,7 +181,7 @@ def list_ports(ws: Workspace) -> dict[str, Any]:
     return {
         "ports": ports,
         "boards": [
-            {"id": b.id, "name": b.name, "flash_size": b.flash_size} for b in boards.values()
+            {"id": b.id, "name": b.name, "flash_size": b.flash_size} for b in load_boards().values()
         ],
     }
 
@@ -249,6 +235,10 @@ def kfpkg_bytes(ws: Workspace, plan: FlashPlan, *, force: bool = False) -> bytes
 # --- burning ----------------------------------------------------------------------------
 
 
+class PortBusy(UsageError):
+    """An operation is already running on a port."""
+
+
 class PortLocks:
     """One operation per port at a time: :meth:`claim` refuses a busy port."""
 
@@ -261,7 +251,7 @@ class PortLocks:
         with self._lock:
             busy = [p for p in ports if p in self._busy]
             if busy:
-                raise UsageError(
+                raise PortBusy(
                     f"{', '.join(busy)}: an operation is already running on this port",
                     "wait for it to finish or cancel it",
                 )
