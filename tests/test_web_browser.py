@@ -33,6 +33,7 @@ if BROWSER is None or DRIVER is None:
         allow_module_level=True,
     )
 
+from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -135,8 +136,22 @@ def test_plan_collision_fix_and_parallel_burn(browser, station, artefacts, tmp_p
     assert len(boxes) == 2
     for b in boxes:
         b.click()
+    # record every progress text the cards show, to prove progress is live, per board
+    browser.execute_script(
+        "window.__stages = [];"
+        "new MutationObserver(() => document.querySelectorAll('.board-card').forEach(c =>"
+        "  window.__stages.push(c.querySelector('.board-name').textContent + '|' +"
+        "                      c.querySelector('.board-stage').textContent)))"
+        ".observe(document.getElementById('board-cards'),"
+        "         {subtree: true, childList: true, characterData: true});"
+    )
     browser.find_element(By.ID, "burn-btn").click()
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".board-card")) == 2)
+    try:  # a picture of the burn under way, when the poll catches it
+        wait(browser, lambda d: "write" in d.find_element(By.ID, "board-cards").text, 20)
+        shot(browser, artefacts, "3a-burn-in-progress.png")
+    except TimeoutException:
+        print("the write stage was too quick to photograph")
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".board-card.ok")) == 2
          or d.find_elements(By.CSS_SELECTOR, ".board-card.failed"), timeout=240,
          what="both boards finished")  # fmt: skip
@@ -144,6 +159,10 @@ def test_plan_collision_fix_and_parallel_burn(browser, station, artefacts, tmp_p
     shot(browser, artefacts, "3-burn-two-boards.png")
     assert statuses == ["verified ✓", "verified ✓"], statuses
     wait(browser, lambda d: "all boards burned" in d.find_element(By.ID, "status").text)
+    stages = browser.execute_script("return window.__stages")
+    for name in ("virtual maix-bit #1", "virtual maix-bit #2"):
+        partial = [t for t in stages if t.startswith(name + "|write") and not t.endswith("100%")]
+        assert partial, f"no live write progress shown for {name}"
     img = station.station.workspace.tmp
     for n in (1, 2):
         flash = (img / f"virtual-{n}.img").read_bytes()
