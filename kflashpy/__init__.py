@@ -50,6 +50,7 @@ EXPORTS: dict[str, str] = {
     "plan_flash": "kflashpy.image.plan",
     "FlashItem": "kflashpy.image.plan",
     "FlashPlan": "kflashpy.image.plan",
+    "flash_map_svg": "kflashpy.image.flashmap",
     "load_boards": "kflashpy.target.boards",
     "load_firmwares": "kflashpy.target.boards",
     "get_board": "kflashpy.target.boards",

@@ -7,7 +7,9 @@ from dataclasses import asdict
 import click
 
 from ..errors import InputError
+from ..fileio import write_atomic
 from ..image.api import is_package
+from ..image.flashmap import flash_map_svg, region_status
 from ..image.kfpkg import read_kfpkg
 from ..image.plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 from ..target.boards import load_boards, load_firmwares
@@ -15,7 +17,7 @@ from ..units import fmt_addr, fmt_size, parse_int
 from .session import Session
 from .types import ADDRESS
 
-_MARK = {"error": "ERROR", "warning": "warn", "info": "ok"}
+_MARK = {"error": "ERROR", "warning": "warn", "ok": "ok"}
 
 
 def exact_size(n: int) -> str:
@@ -104,11 +106,7 @@ def build_items(
 
 def render_plan(s: Session, plan: FlashPlan) -> None:
     """The region table and the findings, on stdout."""
-    rank = list(_MARK.values())[::-1]  # ok < warn < ERROR
-    status: dict[str, str] = {}
-    for f in plan.findings:
-        for label in f.subjects:
-            status[label] = max(status.get(label, "ok"), _MARK[f.severity], key=rank.index)
+    status = {label: _MARK[st] for label, st in region_status(plan).items()}
     rows = []
     for r in sorted(plan.regions, key=lambda r: (r.address, r.end)):
         fs, fe = r.footprint
@@ -208,6 +206,12 @@ def plan_options(f):
     help="Warn when the firmware can grow less than this.",
 )
 @click.option("--force", is_flag=True, help="Exit 0 even when there are errors.")
+@click.option(
+    "--svg",
+    "svg_file",
+    type=click.Path(dir_okay=False),
+    help="Also write the flash map (regions, reserved areas, free space, collisions) as SVG.",
+)
 @click.pass_obj
 def check_layout_cmd(
     s: Session,
@@ -221,6 +225,7 @@ def check_layout_cmd(
     firmware_file,
     min_headroom,
     force,
+    svg_file,
 ) -> None:
     """Check what burning the given files would do to the flash, before burning.
 
@@ -250,6 +255,9 @@ def check_layout_cmd(
     )
     s.result = plan.to_dict()
     render_plan(s, plan)
+    if svg_file:
+        s.result["svg"] = str(write_atomic(svg_file, flash_map_svg(plan).encode()))
+        s.out(f"flash map written to {svg_file}")
     plan.raise_on_errors(force)
 
 

@@ -85,6 +85,11 @@ def _matches(c: Candidate, usb: boards.UsbId) -> bool:
     )
 
 
+def suggested_boards(c: Candidate) -> list[str]:
+    """Ids of the board profiles whose USB ids match this port (the auto-pick's rule)."""
+    return [b.id for b in boards.load_boards().values() if any(_matches(c, u) for u in b.usb)]
+
+
 def choose_port(board: boards.Board | None = None) -> tuple[Candidate, str]:
     """Pick the port when none was given; returns it with the reason, or explains why not.
 
