@@ -36,7 +36,13 @@ def parse_int(text: str | int, what: str = "value") -> int:
                 f"{what}: cannot read {text!r} as a number",
                 "write it as 0x300000, 3145728, 3M or 64k",
             )
-        value = int(m.group("num").replace("_", ""), 0) * _SUFFIX[m.group("suffix").lower()]
+        digits = m.group("num").replace("_", "")
+        if len(digits) > 40:  # no address or size is this long; int() would refuse 4300+
+            raise InputError(
+                f"{what}: a number of {len(digits)} characters is too large",
+                "write it as 0x300000, 3145728, 3M or 64k",
+            )
+        value = int(digits, 0) * _SUFFIX[m.group("suffix").lower()]
     if value < 0:
         raise InputError(f"{what}: {text!r} is negative")
     return value

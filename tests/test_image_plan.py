@@ -170,24 +170,41 @@ def brute_force_overlaps(spans):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 80)), max_size=10))
-def test_overlap_checker_matches_a_byte_map(raw):
+def test_overlap_groups_name_every_clash_in_linear_size(raw):
     spans = [(s, s + n) for s, n in raw]
-    found = find_overlaps(spans)
-    assert {(i, j): e - s for i, j, s, e in found} == brute_force_overlaps(spans)
+    pairs = brute_force_overlaps(spans)
+    groups = find_overlaps(spans)
+    for ids, s, e in groups:  # every member holds the whole shared range
+        assert s < e and len(ids) >= 2
+        assert all(spans[i][0] <= s and e <= spans[i][1] for i in ids)
+    named = {i for ids, _, _ in groups for i in ids}
+    assert named == {i for pair in pairs for i in pair}
+    assert len(groups) < max(2, len(spans))
+    for sp in {sp for sp in spans if spans.count(sp) > 1 and sp[1] > sp[0]}:
+        same = tuple(i for i, x in enumerate(spans) if x == sp)  # one group, however many
+        assert (same, *sp) in groups
+
+
+def test_many_files_at_one_address_are_one_finding():
+    data = b"\x11" * 5000
+    plan = plan_flash([FlashItem(0x300000, data, "m.bin")] * 3000)
+    overlaps = [f for f in plan.findings if f.code == "overlap"]
+    assert len(overlaps) == 1 and len(overlaps[0].subjects) == 3000
+    assert "listed 3000 times" in overlaps[0].message
+    assert len({id(r.write) for r in plan.regions}) == 1  # one copy of the bytes
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 3)), min_size=1, max_size=6))
-def test_plan_reports_exactly_the_overlapping_pairs(raw):
+def test_plan_names_every_overlapping_item(raw):
     items = [
         FlashItem((a + 1) * 256, b"\x11" * (n * 200), f"f{i}.bin") for i, (a, n) in enumerate(raw)
     ]
     plan = plan_flash(items)
     pairs = brute_force_overlaps([(it.address, it.address + len(it.data)) for it in items])
-    assert len([f for f in plan.findings if f.code == "overlap"]) == len(pairs)
-    for f in plan.findings:
-        if f.code == "overlap":
-            assert len(f.subjects) == 2
+    found = [f for f in plan.findings if f.code == "overlap"]
+    assert {x for f in found for x in f.subjects} == {f"f{i}.bin" for p in pairs for i in p}
+    assert len(found) <= max(0, len(items) - 1)
 
 
 def test_public_api_on_files(tmp_path):

@@ -127,7 +127,10 @@ def test_disconnect_mid_burn_fails_and_says_what_was_written(stub, baud):
     ):
         burn_on(dev, [WriteRegion(0x300000, payload, "model")], reboot=False)
     assert e.value.exit_code == 1
-    assert "model:" in e.value.hint and "acknowledged before the failure" in e.value.hint
+    assert "model:" in e.value.hint and "B acknowledged" in e.value.hint
+    # what was sent and not acknowledged is named, at the flasher's erase unit
+    assert e.value.at_risk and all(r.label == "model" for r in e.value.at_risk)
+    assert "may now be erased or half-written: 0x0030" in e.value.hint
 
 
 @STUBS

@@ -9,6 +9,7 @@ import zlib
 import pytest
 
 from kflashpy.errors import ProtocolError
+from kflashpy.isp.burn import WriteRegion, _pieces
 from kflashpy.isp.frames import Response, crc32, parse_request
 from kflashpy.isp.kfpy_stage2 import (
     FlasherInfo,
@@ -17,8 +18,8 @@ from kflashpy.isp.kfpy_stage2 import (
     _BadReply,
     _Frame,
     _payload,
-    sector_blocks,
 )
+from kflashpy.isp.stage2 import join_pieces, sector_blocks
 
 
 def test_sector_blocks_split_at_absolute_boundaries():
@@ -31,21 +32,37 @@ def test_sector_blocks_split_at_absolute_boundaries():
     assert sector_blocks(0x10000, 0x20000, 0x10000) == [(0, 0x10000), (0x10000, 0x10000)]
 
 
-def test_frames_send_only_changed_sectors_and_never_cross_64k():
+class _Hashes:
+    """A flasher that answers hash lists from a table (the pipeline's only question)."""
+
+    def __init__(self, digests):
+        self.digests = digests
+
+    def hash_list(self, address, size):
+        return self.digests
+
+
+def test_pipeline_sends_only_changed_sectors_in_frames_that_never_cross_64k():
     data = bytes(range(256)) * (0x30000 // 256)
     old = [hashlib.sha256(data[o : o + n]).digest() for o, n in sector_blocks(0xF000, len(data))]
     for i in (0, 1, 2, 20):  # sectors at 0xF000, 0x10000, 0x11000, 0x23000
         old[i] = b"stale"
-    s2 = KfpyStage2.__new__(KfpyStage2)
-    s2._hash_cache = {(0xF000, len(data)): old}
-    frames = s2._frames(0xF000, data)
-    assert [(at, len(c)) for at, c in frames] == [
+    pieces = _pieces(_Hashes(old), WriteRegion(0xF000, data), skip_unchanged=True)
+    frames = join_pieces(0xF000, pieces)
+    assert [(0xF000 + off, n) for off, n in frames] == [
         (0xF000, 0x1000),
         (0x10000, 0x2000),
         (0x23000, 0x1000),
     ]
-    assert all(at // 0x10000 == (at + len(c) - 1) // 0x10000 for at, c in frames)
-    assert frames[1][1] == data[0x1000:0x3000]
+    assert all((0xF000 + o) // 0x10000 == (0xF000 + o + n - 1) // 0x10000 for o, n in frames)
+
+
+def test_erase_units_follow_the_flasher():
+    s2 = KfpyStage2.__new__(KfpyStage2)
+    # two sectors or more of a block: the flasher may erase the whole block
+    assert s2.erase_units(0x310000, 0x86A0) == [(0x310000, 0x320000)]
+    # less than two sectors: only the sectors it touches
+    assert s2.erase_units(0x318800, 0x1000) == [(0x318000, 0x319000), (0x319000, 0x31A000)]
 
 
 def test_frame_is_compressed_only_when_smaller():

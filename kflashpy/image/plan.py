@@ -172,6 +172,16 @@ class PlannedRegion:
         }
 
 
+def _some(group: Sequence[PlannedRegion], ranges: bool = False) -> str:
+    """Name the regions of a finding: two by name, more as the first two and a count."""
+    names = [f"{r.label} ({r.range_text})" if ranges else r.label for r in group[:2]]
+    if len({r.label for r in group}) == 1 and len(group) > 2:
+        return f"{names[0]}, listed {len(group)} times,"
+    if len(group) == 2:
+        return " and ".join(names)
+    return f"{len(group)} files ({', '.join(names)} and {len(group) - 2} more)"
+
+
 def _range(start: int, end: int) -> str:
     """First and last byte, inclusive (an empty range shows its start only)."""
     return fmt_addr(start) if end <= start else f"{fmt_addr(start)}-{fmt_addr(end - 1)}"
@@ -229,21 +239,29 @@ class FlashPlan:
         }
 
 
-def find_overlaps(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
-    """Every pair of half-open spans ``[start, end)`` that share bytes.
+def find_overlaps(spans: Sequence[tuple[int, int]]) -> list[tuple[tuple[int, ...], int, int]]:
+    """Groups of half-open spans ``[start, end)`` that share bytes, in linear-size output.
 
-    Returns ``(i, j, start, end)`` with ``i < j`` (indices into ``spans``) and the shared
-    range; a sweep over the spans sorted by start, so only overlapping pairs cost time.
+    Returns ``(indices, start, end)``: the indices (into ``spans``) of spans that all hold
+    the shared range ``[start, end)``. Spans with the same start and end form one group
+    however many there are (a package listing one file 10,000 times at one address gives
+    one group, not 50 million pairs); every other span that shares bytes with an earlier
+    one (by start) is paired with the earlier one reaching furthest. So each span in a
+    conflict is named, there are fewer groups than spans, and a sweep over the sorted
+    spans costs ``O(n log n)``.
     """
-    order = sorted((s, e, i) for i, (s, e) in enumerate(spans) if e > s)
-    active: list[tuple[int, int, int]] = []
-    out = []
-    for s, e, i in order:
-        active = [a for a in active if a[1] > s]
-        for _as, ae, ai in active:
-            out.append((min(ai, i), max(ai, i), s, min(ae, e)))
-        active.append((s, e, i))
-    return sorted(out)
+    same: dict[tuple[int, int], list[int]] = {}
+    for i, (s, e) in enumerate(spans):
+        if e > s:
+            same.setdefault((s, e), []).append(i)
+    out = [(tuple(ids), s, e) for (s, e), ids in same.items() if len(ids) > 1]
+    reach: tuple[int, int] | None = None  # (end, index) of the earlier span reaching furthest
+    for (s, e), ids in sorted(same.items()):
+        if reach is not None and reach[0] > s:
+            out.append(((reach[1], ids[0]), s, min(reach[0], e)))
+        if reach is None or e > reach[0]:
+            reach = (e, ids[0])
+    return sorted(out, key=lambda g: (g[1], g[2], g[0]))
 
 
 def items_from_kfpkg(pkg: Any, **kw: Any) -> list[FlashItem]:
@@ -288,10 +306,19 @@ def _boots(r: PlannedRegion, boot_address: int) -> bool:
     return r.address == boot_address and (r.prefix or r.content.kind == "boot-image")
 
 
-def _region(item: FlashItem, boot_address: int, resident: bool = False) -> PlannedRegion:
-    content = detect_content(item.data, item.name)
-    prefix = _decide_prefix(item, content, boot_address)
-    return PlannedRegion(item, content, prefix, _bytes_to_write(item, prefix), resident)
+def _region(
+    item: FlashItem, boot_address: int, memo: dict[tuple, tuple], resident: bool = False
+) -> PlannedRegion:
+    """Plan one item; items with the same bytes and flags share one detection and one
+    copy of the bytes to write (``memo``), so a package that lists one file 10,000
+    times costs one file's memory."""
+    shape = (id(item.data), item.name, item.prefix, item.key, item.dio, item.swap)
+    shape += (item.reverse4, item.address == boot_address)
+    if shape not in memo:
+        content = detect_content(item.data, item.name)
+        prefix = _decide_prefix(item, content, boot_address)
+        memo[shape] = (content, prefix, _bytes_to_write(item, prefix))
+    return PlannedRegion(item, *memo[shape], resident)
 
 
 class _Checker:
@@ -301,6 +328,8 @@ class _Checker:
         self.min_headroom = min_headroom
         #: the region the per-item checks are looking at
         self.subject: PlannedRegion | None = None
+        #: why each kmodel's tables do not parse ("" if they do), by ``id`` of its bytes
+        self.damage: dict[int, str] = {}
 
     def add(
         self, severity: str, code: str, message: str, hint: str = "", *subjects: PlannedRegion
@@ -395,17 +424,22 @@ class _Checker:
         if sig is None or sig.opaque:
             return
         if sig.version in (3, 4, 5):
-            # the parsers (and NumPy) load only when a plan holds a kmodel, so that
-            # importing the serial side stays light
-            from ..model.dispatch import parse as parse_kmodel
+            damage = self.damage.get(id(r.item.data), "")
+            if id(r.item.data) not in self.damage:
+                # the parsers (and NumPy) load only when a plan holds a kmodel, so that
+                # importing the serial side stays light
+                from ..model.dispatch import parse as parse_kmodel
 
-            try:  # a truncated download or a damaged export fails on the board, not here
-                parse_kmodel(r.item.data, r.label, allow_swapped=True)
-            except KflashError as e:
+                try:  # a truncated download or a damaged export fails on the board, not here
+                    parse_kmodel(r.item.data, r.label, allow_swapped=True)
+                except KflashError as e:
+                    damage = e.message.removeprefix(r.label + ": ")
+                self.damage[id(r.item.data)] = damage
+            if damage:
                 self.add(
                     "warning",
                     "kmodel-damaged",
-                    f"{r.label} looks damaged: {e.message.removeprefix(r.label + ': ')}",
+                    f"{r.label} looks damaged: {damage}",
                     "copy or export the model again; `kflashpy model info` shows the details",
                 )
         if layout and layout.kmodel_versions and sig.version not in layout.kmodel_versions:
@@ -442,32 +476,33 @@ class _Checker:
     # --- between items ----------------------------------------------------------------
 
     def overlaps(self, regions: list[PlannedRegion]) -> None:
-        spans = [(r.address, r.end) for r in regions]
-        byte_pairs = set()
-        for i, j, s, e in find_overlaps(spans):
-            a, b = sorted((regions[i], regions[j]), key=lambda r: (r.address, r.end))
-            byte_pairs.add((i, j))
-            self.add(
-                "error",
-                "overlap",
-                f"{a.label} ({a.range_text}) and {b.label} ({b.range_text}) overlap by "
-                f"{fmt_size(e - s)} at {_range(s, e)}",
-                f"move {b.label} to {fmt_addr(align_up(a.end))} or later",
-                a,
-                b,
-            )
-        for i, j, s, e in find_overlaps([r.footprint for r in regions]):
-            if (i, j) in byte_pairs:
-                continue
-            a, b = sorted((regions[i], regions[j]), key=lambda r: r.address)
+        for ids, s, e in find_overlaps([(r.address, r.end) for r in regions]):
+            group = sorted((regions[i] for i in ids), key=lambda r: (r.address, r.end))
+            a, b = group[0], group[-1]
+            if len(group) == 2:
+                message = (
+                    f"{a.label} ({a.range_text}) and {b.label} ({b.range_text}) overlap by "
+                    f"{fmt_size(e - s)} at {_range(s, e)}"
+                )
+            else:
+                message = f"{_some(group)} all at {a.range_text}: only one can be there"
+            hint = f"move {b.label} to {fmt_addr(align_up(a.end))} or later"
+            self.add("error", "overlap", message, hint, *group)
+        for ids, s, e in find_overlaps([r.footprint for r in regions]):
+            group = sorted((regions[i] for i in ids), key=lambda r: r.address)
+            a, b = group[0], group[-1]
+            if all(r.address == a.address and r.end == a.end for r in group) or (
+                len(group) == 2 and a.end > b.address
+            ):
+                continue  # the same bytes: reported as an overlap
+            shared = "one erase sector" if e - s == SECTOR else "the erase sectors"
             self.add(
                 "warning",
                 "shared-sector",
-                f"{a.label} ({a.range_text}) and {b.label} ({b.range_text}) share the erase "
-                f"sector {_range(s, e)}: writing one erases part of the other",
+                f"{_some(group, ranges=True)} share {shared} {_range(s, e)}: "
+                "writing one erases part of the other",
                 f"start {b.label} at {fmt_addr(align_up(a.end))}",
-                a,
-                b,
+                *group,
             )
 
     def reserved(self, r: PlannedRegion) -> None:
@@ -573,12 +608,13 @@ def plan_flash(
     fw_region = lay.firmware_region if lay else None
     boot = fw_region.start if fw_region else BOOT_ADDRESS
     plan = FlashPlan([], [], b, lay, b.flash_size)
+    memo: dict[tuple, tuple] = {}
     for item in items:
         if item.loader is not None and item.loader not in LOADERS:
             raise InputError(
                 f"{item.label}: unknown loader {item.loader!r}", f"use one of {LOADERS}"
             )
-        plan.regions.append(_region(item, boot))
+        plan.regions.append(_region(item, boot, memo))
     checker = _Checker(plan, boot, min_headroom)
     if firmware is not None:
         if any(_boots(r, boot) for r in plan.regions):
@@ -586,7 +622,7 @@ def plan_flash(
                 "info", "firmware-ignored", f"{firmware.name}: the burn includes a firmware"
             )
         else:
-            plan.regions.append(_region(firmware, boot, resident=True))
+            plan.regions.append(_region(firmware, boot, memo, resident=True))
     for r in plan.regions:
         checker.subject = r
         checker.content(r)

@@ -6,6 +6,19 @@ flash cannot be read back, so the result says ``"frame-crc"``. A flasher with th
 ``hash`` capability adds an on-board SHA-256 of every region after writing (``"sha256"``)
 and lets unchanged regions be skipped.
 
+The pipeline decides, the flasher client acts: with the ``hash`` capability the
+pipeline asks for the per-sector digests of a region, sends only the sectors that differ
+(or skips the region), and verifies it afterwards; the client keeps no memory between
+calls.
+
+Any failure reports its damage: every error raised while writing carries ``at_risk``
+(a list of :class:`AtRisk`), the flash ranges that may now be erased or half-written —
+the erase units (4 KiB sectors or 64 KiB blocks, as the flasher works) of every frame
+that was sent and not acknowledged, including bytes outside the file — and its hint
+names them and the command that repairs them. Before a write that may erase bytes
+outside the file, they are read and kept on disk (:mod:`kflashpy.isp.kept`), and the
+rerun of the same burn writes them back.
+
 Ctrl-C stops at a frame boundary: the frame on the wire is allowed to finish (so the
 board is not left mid-command), and :class:`~kflashpy.errors.Interrupted` lists which
 regions were written, which were cut short (and how far), and which were not touched.
@@ -23,7 +36,22 @@ from ..errors import Interrupted, KflashError, VerifyError
 from ..progress import Progress, ProgressFn, report
 from ..units import fmt_addr
 from .connect import Device
-from .stage2 import CAP_CHIP_ERASE, CAP_ERASE, CAP_HASH, Stage2, check_sector_range
+from .kept import KeptBytes
+from .stage2 import (
+    BLOCK_SIZE,
+    CAP_CHIP_ERASE,
+    CAP_ERASE,
+    CAP_HASH,
+    CAP_IDENTIFY,
+    CAP_READ,
+    SECTOR,
+    Pieces,
+    Stage2,
+    WriteLedger,
+    check_sector_range,
+    join_pieces,
+    sector_blocks,
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +139,89 @@ class BurnResult:
         }
 
 
+@dataclass(frozen=True)
+class AtRisk:
+    """A flash range a failed burn may have left erased or half-written."""
+
+    start: int
+    end: int
+    #: the region whose write touched it
+    label: str
+    #: bytes outside the region (old data that shared its sector or block)
+    outside: bool = False
+    #: where the old bytes were kept ("" if blank or not kept)
+    kept: str = ""
+
+    def describe(self) -> str:
+        span = f"{fmt_addr(self.start)}-{fmt_addr(self.end - 1)} ({self.end - self.start} B"
+        if not self.outside:
+            return f"{span} of {self.label})"
+        if self.kept:
+            return f"{span} outside {self.label}, old data kept in {self.kept})"
+        return f"{span} outside {self.label}; its old data was blank or could not be kept)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "end": self.end,
+            "label": self.label,
+            "outside": self.outside,
+            "kept": self.kept,
+        }
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def _at_risk(
+    s2: Stage2, region: WriteRegion, ledger: WriteLedger, kept: KeptBytes | None
+) -> list[AtRisk]:
+    """The erase units of every frame sent and not acknowledged, split at the region."""
+    units = _merge([u for at, n in ledger.pending.items() for u in s2.erase_units(at, n)])
+    out = []
+    kept_at = {a: len(b) for a, b in kept.pieces} if kept else {}
+    for s, e in units:
+        inside = (max(s, region.address), min(e, region.end))
+        for lo, hi in ((s, inside[0]), inside, (inside[1], e)):
+            if lo >= hi:
+                continue
+            outside = (lo, hi) != inside
+            keeps = outside and any(lo < a + n and a < hi for a, n in kept_at.items())
+            path = str(kept.path) if keeps and kept else ""
+            out.append(AtRisk(lo, hi, region.label, outside, path))
+    return out
+
+
+def _damage_hint(region: WriteRegion, at_risk: list[AtRisk], acked: int) -> str:
+    if not at_risk:
+        return (
+            f"{region.label}: {acked} of {len(region.data)} B acknowledged; no frame was "
+            "waiting for its answer, so the flash holds old or new data, nothing half-written"
+        )
+    ranges = "; ".join(r.describe() for r in at_risk)
+    kept = any(r.kept for r in at_risk)
+    lost = [r for r in at_risk if r.outside and not r.kept]
+    repair = "run the same burn again to rewrite them" + (
+        " and restore the kept bytes" if kept else ""
+    )
+    if lost:
+        repair += (
+            "; this flasher cannot read flash back, so restore the old data outside "
+            "the file from your own copy of it (or burn it again)"
+        )
+    return (
+        f"{region.label}: {acked} of {len(region.data)} B acknowledged; may now be erased or "
+        f"half-written: {ranges}. Repair: {repair}"
+    )
+
+
 def _labelled(progress: ProgressFn | None, label: str, sink: list[int]) -> ProgressFn:
     """Forward progress with the region's label and remember how far the board got."""
 
@@ -127,7 +238,7 @@ def _settle(s2: Stage2) -> None:
         s2.greet(attempts=3)
 
 
-def _interrupted(results: list[RegionResult]) -> Interrupted:
+def _interrupted(results: list[RegionResult], at_risk: list[AtRisk]) -> Interrupted:
     done = [r.label for r in results if r.status in ("written", "skipped")]
     cut = [r for r in results if r.status == "interrupted"]
     todo = [r.label for r in results if r.status == "not written"]
@@ -141,10 +252,69 @@ def _interrupted(results: list[RegionResult]) -> Interrupted:
         )
     if todo:
         parts.append(f"not touched: {', '.join(todo)}")
-    return Interrupted(
+    risk = "; ".join(r.describe() for r in at_risk)
+    error = Interrupted(
         "interrupted by Ctrl-C; " + "; ".join(parts),
-        "the board is idle in ISP mode; run the same burn again to finish",
+        "the board is idle in ISP mode; run the same burn again to finish"
+        + (f" (it rewrites {risk})" if risk else ""),
     )
+    error.at_risk = at_risk  # type: ignore[attr-defined]
+    return error
+
+
+def _pieces(s2: Stage2, region: WriteRegion, skip_unchanged: bool) -> list[tuple[int, int]]:
+    """The ``(offset, length)`` sector pieces of a region that differ from the flash.
+
+    The board hashes the region sector by sector (one pass) where that can spare
+    sectors; a small region is compared whole. ``[]``: the flash already holds it.
+    """
+    data, size = region.data, len(region.data)
+    if size >= 2 * SECTOR and (skip_unchanged or size >= BLOCK_SIZE):
+        old = s2.hash_list(region.address, size)
+        return [
+            (off, n)
+            for (off, n), d in zip(sector_blocks(region.address, size), old, strict=True)
+            if hashlib.sha256(data[off : off + n]).digest() != d
+        ]
+    if skip_unchanged and s2.sha256(region.address, size) == hashlib.sha256(data).digest():
+        return []
+    return [(0, size)]
+
+
+def _outside(s2: Stage2, region: WriteRegion, pieces: Pieces) -> list[tuple[int, int]]:
+    """Flash outside the region that writing ``pieces`` may erase (shared units)."""
+    spans = []
+    for off, n in join_pieces(region.address, pieces):
+        for s, e in s2.erase_units(region.address + off, n):
+            spans += [(s, min(e, region.address)), (max(s, region.end), e)]
+    return _merge([(s, e) for s, e in spans if s < e])
+
+
+def _keep(s2: Stage2, board: str, region: WriteRegion, pieces: Pieces) -> KeptBytes | None:
+    """Keep the non-blank old bytes a write of ``pieces`` may erase (see kflashpy.isp.kept).
+
+    A rerun after a failure finds them on disk (the flash may have lost them)."""
+    kept = KeptBytes.load(board, region.address, region.data)
+    if kept is not None:
+        return kept
+    pieces_kept = []
+    for s, e in _outside(s2, region, pieces):
+        for (off, n), d in zip(sector_blocks(s, e - s), s2.hash_list(s, e - s), strict=True):
+            if d != hashlib.sha256(b"\xff" * n).digest():
+                pieces_kept.append((s + off, s2.read(s + off, n)))
+    if not pieces_kept:
+        return None
+    kept = KeptBytes(board, region.address, hashlib.sha256(region.data).hexdigest(), pieces_kept)
+    kept.save()
+    return kept
+
+
+def _restore(s2: Stage2, kept: KeptBytes) -> None:
+    """Write back the kept bytes the flash no longer holds, then forget them."""
+    for at, data in kept.pieces:
+        if s2.sha256(at, len(data)) != hashlib.sha256(data).digest():
+            s2.write(at, data)
+    kept.drop()
 
 
 def write_regions(
@@ -157,52 +327,78 @@ def write_regions(
     """Write every region in order through the running flasher.
 
     With the ``hash`` capability, a region whose on-board SHA-256 already matches is
-    skipped (``skip_unchanged``), and each written region is hashed on the board and
-    compared (:class:`VerifyError` on mismatch).
+    skipped (``skip_unchanged``), only its changed sectors are sent otherwise, and each
+    written region is hashed on the board and compared (:class:`VerifyError` on
+    mismatch). With ``read`` too, old bytes outside a region that its write may erase are
+    kept until it is verified (see the module docstring). Errors carry ``at_risk``.
     """
     s2 = dev.require_stage2()
     hashing = s2.has(CAP_HASH)
+    keeping = hashing and s2.has(CAP_READ) and s2.has(CAP_IDENTIFY)
+    board = s2.identify().unique_id.hex() if keeping else ""
     results = [RegionResult(r.label, r.address, len(r.data)) for r in regions]
     for region, res in zip(regions, results, strict=True):
-        want = hashlib.sha256(region.data).digest() if hashing else b""
-        if hashing and skip_unchanged and s2.holds(region.address, region.data):
-            res.status, res.verified = "skipped", "sha256"
-            continue
+        ledger, kept = WriteLedger(), None
         sink = [0]
         start = dev.link.now()
         try:
-            s2.write(region.address, region.data, _labelled(progress, region.label, sink))
+            pieces = _pieces(s2, region, skip_unchanged) if hashing else None
+            if pieces == [] and skip_unchanged:
+                kept = KeptBytes.load(board, region.address, region.data) if keeping else None
+                if kept is not None:
+                    _restore(s2, kept)
+                res.status, res.verified = "skipped", "sha256"
+                continue
+            if keeping and pieces:
+                kept = _keep(s2, board, region, pieces)
+            s2.write(
+                region.address,
+                region.data,
+                _labelled(progress, region.label, sink),
+                pieces=pieces,
+                ledger=ledger,
+            )
+            res.status, res.done = "written", len(region.data)
+            res.seconds = dev.link.now() - start
+            res.verified = "frame-crc"
+            if hashing:
+                _verify(s2, region)
+                res.verified = "sha256"
+            if kept is not None:
+                _restore(s2, kept)
         except KeyboardInterrupt:
             res.status, res.done = "interrupted", sink[0]
             res.seconds = dev.link.now() - start
             _settle(s2)
-            raise _interrupted(results) from None
+            raise _interrupted(results, _at_risk(s2, region, ledger, kept)) from None
         except KflashError as e:
-            res.status, res.done = "failed", sink[0]
+            if res.status != "written":
+                res.status, res.done = "failed", sink[0]
+            at_risk = _at_risk(s2, region, ledger, kept)
             written = [r.label for r in results if r.status in ("written", "skipped")]
-            e.hint = "; ".join(
+            e.hint = "\n".join(
                 x
                 for x in (
                     e.hint,
-                    f"{region.label}: {res.done} of {res.size} B acknowledged before the failure",
+                    _damage_hint(region, at_risk, ledger.acked),
                     f"complete before it: {', '.join(written)}" if written else "",
                 )
                 if x
             )
+            e.at_risk = at_risk  # type: ignore[attr-defined]
             raise
-        res.status, res.done = "written", len(region.data)
-        res.seconds = dev.link.now() - start
-        res.verified = "frame-crc"
-        if hashing:
-            got = s2.sha256(region.address, len(region.data))
-            if got != want:
-                raise VerifyError(
-                    f"{region.label} at {fmt_addr(region.address)}: the flash holds other bytes "
-                    f"than were sent (sha256 {got.hex()[:16]}... != {want.hex()[:16]}...)",
-                    "burn again; if it repeats, lower the baud rate or check the flash chip",
-                )
-            res.verified = "sha256"
     return results
+
+
+def _verify(s2: Stage2, region: WriteRegion) -> None:
+    got = s2.sha256(region.address, len(region.data))
+    want = hashlib.sha256(region.data).digest()
+    if got != want:
+        raise VerifyError(
+            f"{region.label} at {fmt_addr(region.address)}: the flash holds other bytes "
+            f"than were sent (sha256 {got.hex()[:16]}... != {want.hex()[:16]}...)",
+            "burn again; if it repeats, lower the baud rate or check the flash chip",
+        )
 
 
 def burn_on(

@@ -6,14 +6,18 @@ moves the bootstrap to the transfer rate and then loads the flasher at that rate
 operation before any baud change loads it at 115200). After that:
 
 * writes are pipelined: up to ``window`` frames are on their way while the flash erases
-  and programs, each 64 KiB frame raw-DEFLATE compressed when that makes it smaller, and
-  4 KiB sectors whose on-board SHA-256 already matches are not sent at all;
+  and programs, each 64 KiB frame raw-DEFLATE compressed when that makes it smaller; the
+  caller says which pieces to send (the burn pipeline skips sectors whose on-board
+  SHA-256 already matches, from :meth:`KfpyStage2.hash_list`);
+* long replies come in checked pieces: a hash list is asked for a few dozen sectors at a
+  time, fewer after a damaged reply, and resumed from the last good piece;
 * :meth:`read` streams with flow control and per-chunk CRC, and ends with the SHA-256 of
   the region computed on the board;
 * :meth:`sha256` hashes a region on the board (what the burn pipeline verifies with).
 
 Every reply to an extension opcode (0xB0-0xBF) ends with a CRC-32, so a reply damaged on
-the wire is detected and the request repeated instead of trusted.
+the wire is detected and the request repeated instead of trusted. The client keeps no
+memory between calls: every method is a primitive the burn pipeline combines.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from .frames import FlashOp, Status, build_request, crc32, parse_response
 from .link import Link
 from .slip import SlipDecoder
 from .stage2 import (
+    BLOCK_SIZE,
     CAP_BAUD,
     CAP_CHIP_ERASE,
     CAP_COMPRESSED_WRITE,
@@ -49,10 +54,14 @@ from .stage2 import (
     ERASE_TIMEOUT_PER_MB,
     GREETING_TIMEOUT,
     FlashInfo,
+    Pieces,
     Stage2,
     StubProgram,
+    WriteLedger,
     check_sector_range,
+    join_pieces,
     scaled_timeout,
+    sector_blocks,
 )
 from .timeouts import TIMEOUTS
 
@@ -83,6 +92,8 @@ BOOT_CHUNK = 16384  # the bootstrap's receive buffer
 READ_CHUNK = 4096
 MIN_READ_CHUNK = 256
 READ_WINDOW = 8
+#: sectors per hash-list request: a 2 KiB reply; halved after a damaged or lost one
+HASH_PIECE = 64
 RETRIES = 6
 FLASH_S_PER_FRAME = TIMEOUTS["flash_per_frame"]
 ACK_TIMEOUT = TIMEOUTS["ack"]  # a late ack only costs a (harmless) resend
@@ -166,6 +177,8 @@ class _Frame:
         self.at = at
         self.chunk = chunk
         self.tries = 0
+        #: what each failed try saw ("no reply", "damaged reply", "request damaged")
+        self.failures: list[str] = []
         c = zlib.compressobj(9, zlib.DEFLATED, -15)
         packed = c.compress(chunk) + c.flush()
         if len(packed) + 4 < len(chunk):
@@ -178,6 +191,17 @@ class _Frame:
 
 class _BadReply(Exception):
     """A reply whose CRC does not match: treated like a lost reply."""
+
+
+def _seen(failures: list[str], diagnosis: str) -> str:
+    """The hint after repeated failures: what came back, not only what the line says."""
+    damaged = sum(f != "no reply" for f in failures)
+    if damaged:
+        return (
+            f"{damaged} of {len(failures)} tries came back damaged (CRC mismatch): a noisy "
+            "line or a baud rate the cable cannot carry; a lower baud rate (-b) may help"
+        )
+    return diagnosis + "; a lower baud rate (-b) may help"
 
 
 def _payload(resp) -> bytes:
@@ -225,16 +249,6 @@ class _ReplyStream:
             self.frames.extend(self.decoder.feed(chunk))
 
 
-def sector_blocks(address: int, size: int, block: int = SECTOR) -> list[tuple[int, int]]:
-    """Split a range at absolute ``block`` boundaries: [(offset in range, length)]."""
-    out, pos = [], 0
-    while pos < size:
-        n = min(block - (address + pos) % block, size - pos)
-        out.append((pos, n))
-        pos += n
-    return out
-
-
 class KfpyStage2(Stage2):
     """Drives kflashpy's flasher (see the module docstring)."""
 
@@ -248,8 +262,6 @@ class KfpyStage2(Stage2):
         self._running = not bootstrap
         self.info: FlasherInfo | None = None
         self.actual_baud: int | None = None
-        self._hash_cache: dict[tuple[int, int], list[bytes]] = {}
-        self._written: set[tuple[int, int]] = set()
         self._frame_limit = FRAME
         #: how much slower than its wire time the board answered the first flasher upload
         #: frame (1 on a real board; more on a network serial link or an emulated board on
@@ -294,7 +306,7 @@ class KfpyStage2(Stage2):
             self._barrier()
         raise NoResponseError(
             f"{what}: failed {len(failures)} times ({', '.join(failures[-3:])})",
-            self.link.diagnose() + "; a lower baud rate (-b) may help",
+            _seen(failures, self.link.diagnose()),
         )
 
     def _legacy(self, op: int, address: int = 0, data: bytes = b"", data_len=None, what=""):
@@ -396,35 +408,46 @@ class KfpyStage2(Stage2):
         wire = extra_bytes * 10 / self.link.port.baudrate
         return DEFAULT_TIMEOUT + wire + HASH_S_PER_MB * size / (1 << 20)
 
-    def hash_list(
-        self, address: int, size: int, block: int = SECTOR, total: bool = False
-    ) -> tuple[list[bytes], bytes]:
-        """SHA-256 of each ``block``-sized piece (from ``address``), and of the whole."""
+    def hash_list(self, address: int, size: int) -> list[bytes]:
+        """SHA-256 of each piece of the range cut at 4 KiB sector boundaries.
+
+        Asked for in requests of up to :data:`HASH_PIECE` sectors, each reply CRC-checked:
+        a damaged or lost reply is asked again, then halved, and the list resumes after
+        the last good piece, so a noisy line costs retries, not the whole list.
+        """
         self._ensure_flasher()
-        count = -(-size // block)
-        p = self._call(
-            KfpyOp.HASH_LIST,
-            address,
-            struct.pack("<III", size, block, int(total)),
-            timeout=self._hash_timeout(size, 32 * count),
-            what=f"hash list at 0x{address:08X}",
-        )
-        if len(p) != 8 + 32 * (count + total):
-            raise ProtocolError(f"hash list at 0x{address:08X}: {len(p)} bytes of reply")
-        digests = [p[8 + 32 * i : 40 + 32 * i] for i in range(count)]
-        return digests, p[-32:] if total else b""
+        blocks = sector_blocks(address, size)
+        out: list[bytes] = []
+        per = HASH_PIECE
+        while len(out) < len(blocks):
+            first = blocks[len(out)]
+            if first[1] < SECTOR and len(out) == 0 and len(blocks) > 1:
+                k = 1  # an unaligned start: its own request, so the rest is sector-aligned
+            else:
+                k = min(per, len(blocks) - len(out))
+            last = blocks[len(out) + k - 1]
+            at, n = address + first[0], last[0] + last[1] - first[0]
+            try:
+                p = self._call(
+                    KfpyOp.HASH_LIST,
+                    at,
+                    struct.pack("<III", n, max(first[1], SECTOR if k > 1 else n), 0),
+                    timeout=self._hash_timeout(n, 32 * k),
+                    what=f"hash list at 0x{at:08X}",
+                    tries=2 if k > 1 else RETRIES + 1,
+                )
+            except NoResponseError:
+                if k == 1:
+                    raise
+                per = max(1, k // 2)
+                continue
+            if len(p) != 8 + 32 * k:
+                raise ProtocolError(f"hash list at 0x{at:08X}: {len(p)} bytes of reply")
+            out += [p[8 + 32 * i : 40 + 32 * i] for i in range(k)]
+        return out
 
     def sha256(self, address: int, size: int) -> bytes:
-        """On-board SHA-256 of a region.
-
-        Before the region is written, the per-sector digests come along in the same pass
-        (they let :meth:`write` skip unchanged sectors); after it, a plain hash.
-        """
-        key = (address, size)
-        if key not in self._written and size >= 2 * SECTOR:
-            blocks, whole = self.hash_list(address, size, SECTOR, total=True)
-            self._hash_cache[key] = blocks
-            return whole
+        """On-board SHA-256 of a region (a 32-byte reply)."""
         self._ensure_flasher()
         return self._call(
             KfpyOp.HASH,
@@ -432,19 +455,6 @@ class KfpyStage2(Stage2):
             struct.pack("<I", size),
             timeout=self._hash_timeout(size),
             what=f"hash at 0x{address:08X}",
-        )
-
-    def holds(self, address: int, data: bytes) -> bool:
-        """Compare sector by sector: one hashing pass on the board, whose digests also
-        let a following :meth:`write` send only the sectors that differ."""
-        size = len(data)
-        if size < 2 * SECTOR:
-            return super().holds(address, data)
-        blocks, _ = self.hash_list(address, size, SECTOR)
-        self._hash_cache[(address, size)] = blocks
-        return all(
-            hashlib.sha256(data[i : i + SECTOR]).digest() == blocks[n]
-            for n, i in enumerate(range(0, size, SECTOR))
         )
 
     # --- reading ----------------------------------------------------------------------
@@ -539,37 +549,32 @@ class KfpyStage2(Stage2):
         return bytes(data)
 
     # --- writing ----------------------------------------------------------------------
-    def _frames(self, address: int, data: bytes) -> list[tuple[int, bytes]]:
-        """Changed sectors grouped into frames that do not cross 64 KiB boundaries."""
-        blocks = sector_blocks(address, len(data))
-        old = self._hash_cache.pop((address, len(data)), None)
-        if old is None and len(data) >= FRAME:
-            old, _ = self.hash_list(address, len(data))
-        changed = [
-            (off, n)
-            for i, (off, n) in enumerate(blocks)
-            if old is None or hashlib.sha256(data[off : off + n]).digest() != old[i]
-        ]
-        frames: list[tuple[int, int]] = []
-        for off, n in changed:
-            if frames:
-                start, length = frames[-1]
-                at = address + start
-                joined = start + length == off and (at % FRAME) + length + n <= FRAME
-                if joined:
-                    frames[-1] = (start, length + n)
-                    continue
-            frames.append((off, n))
-        return [(address + off, data[off : off + n]) for off, n in frames]
+    def erase_units(self, at: int, n: int) -> list[tuple[int, int]]:
+        """What the flasher may erase to write ``[at, at + n)``: the 64 KiB block where
+        the write covers two sectors or more of it (it erases a whole block when that is
+        quicker), else the 4 KiB sectors (``write_range`` in stub/flasher.c)."""
+        out, pos, end = [], at, at + n
+        while pos < end:
+            base = pos - pos % BLOCK_SIZE
+            hi = min(end, base + BLOCK_SIZE)
+            if hi - pos < 2 * SECTOR:
+                base = pos - pos % SECTOR
+                hi = min(end, base + SECTOR)
+                out.append((base, base + SECTOR))
+            else:
+                out.append((base, base + BLOCK_SIZE))
+            pos = hi
+        return out
 
-    def _failed(self, frame: _Frame) -> list[_Frame]:
+    def _failed(self, frame: _Frame, seen: str) -> list[_Frame]:
         """A frame to send again: smaller, on a line that damages big frames."""
+        frame.failures.append(seen)
         if len(frame.chunk) <= MIN_FRAME:
             frame.tries += 1
             if frame.tries > RETRIES:
                 raise NoResponseError(
                     f"write at 0x{frame.at:08X}: not acknowledged after {frame.tries} tries",
-                    self.link.diagnose() + "; a lower baud rate (-b) may help",
+                    _seen(frame.failures, self.link.diagnose()),
                 )
             return [frame]
         self._frame_limit = max(MIN_FRAME, len(frame.chunk) // 2)
@@ -578,11 +583,21 @@ class KfpyStage2(Stage2):
             for off, n in sector_blocks(frame.at, len(frame.chunk), self._frame_limit)
         ]
 
-    def write(self, address: int, data: bytes, progress: ProgressFn | None = None) -> None:
+    def write(
+        self,
+        address: int,
+        data: bytes,
+        progress: ProgressFn | None = None,
+        *,
+        pieces: Pieces | None = None,
+        ledger: WriteLedger | None = None,
+    ) -> None:
         self._ensure_flasher()
         total = len(data)
+        ledger = ledger or WriteLedger()
         report(progress, Progress("write", 0, total))
-        frames = self._frames(address, data)
+        runs = join_pieces(address, [(0, total)] if pieces is None else pieces, FRAME)
+        frames = [(address + off, data[off : off + n]) for off, n in runs]
         done = total - sum(len(c) for _, c in frames)
         if done:
             report(progress, Progress("write", done, total, message=f"{done} B unchanged"))
@@ -598,21 +613,25 @@ class KfpyStage2(Stage2):
         while todo or inflight:
             while todo and len(inflight) < window:
                 inflight.append(todo.popleft())
+                ledger.sent(inflight[-1].at, len(inflight[-1].chunk))
                 self.link.send_packet(inflight[-1].packet)
             wire = sum(len(f.packet) for f in inflight) * 10 / baud
             timeout = (ACK_TIMEOUT + wire + FLASH_S_PER_FRAME * len(inflight)) * self.slowness
             try:
+                seen = "no reply"
                 resp = self.link.recv(KfpyOp.WRITE, timeout, extra_len=None)
+                seen = "damaged reply"
                 p = _payload(resp)
             except (NoResponseError, _BadReply):
                 self._barrier()  # nothing older is still coming: resend what is unanswered
-                retry = [g for f in inflight for g in self._failed(f)]
+                retry = [g for f in inflight for g in self._failed(f, seen)]
                 todo.extendleft(reversed(retry))
                 inflight.clear()
                 window, streak = 1, 0
                 continue
             if resp.status == Status.BAD_DATA_CHECKSUM or len(p) != 8:
-                todo.extendleft(reversed(self._failed(inflight.popleft())))  # arrived damaged
+                failed = self._failed(inflight.popleft(), "request damaged")  # arrived damaged
+                todo.extendleft(reversed(failed))
                 # a frame that arrives while the flash works may be the problem (a slow
                 # bridge, a core that misses bytes): one frame at a time for a while
                 window, streak = 1, 0
@@ -627,13 +646,13 @@ class KfpyStage2(Stage2):
                 todo.appendleft(inflight.popleft())  # lost on the way: send again
             if inflight:
                 inflight.popleft()
+                ledger.ack(at, n)
                 done += n
                 report(progress, Progress("write", min(done, total), total))
                 streak += 1
                 if streak >= 8:  # the line got better
                     self._frame_limit = min(FRAME, self._frame_limit * 2)
                     window, streak = full_window, 0
-        self._written.add((address, total))
 
     # --- erase, reboot ------------------------------------------------------------------
     def erase(self, address: int, size: int, progress: ProgressFn | None = None) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from ..errors import InputError, NoResponseError, UnsupportedError
 from ..progress import Progress, ProgressFn, report
@@ -35,6 +35,7 @@ CAP_IDENTIFY = "identify"  # JEDEC id / size of the flash chip
 CAP_COMPRESSED_WRITE = "compressed-write"  # writes of compressed data
 
 SECTOR = k210.FLASH_SECTOR
+BLOCK_SIZE = k210.FLASH_BLOCK  # the flash's large erase unit
 
 #: reply timeouts (seconds of port time), from the one table (isp/timeouts.py)
 DEFAULT_TIMEOUT = TIMEOUTS["reply"]
@@ -54,6 +55,55 @@ def scaled_timeout(nbytes: int, per_mb: float, baud: int | None = None) -> float
     """
     wire = nbytes * 10 / baud if baud else 0.0
     return max(DEFAULT_TIMEOUT, DEFAULT_TIMEOUT + wire + per_mb * nbytes / (1 << 20))
+
+
+#: ``(offset, length)`` pieces of a write's data to send (the burn pipeline's choice)
+Pieces = Sequence[tuple[int, int]]
+
+
+def sector_blocks(address: int, size: int, block: int = SECTOR) -> list[tuple[int, int]]:
+    """Split a range at absolute ``block`` boundaries: [(offset in range, length)]."""
+    out, pos = [], 0
+    while pos < size:
+        n = min(block - (address + pos) % block, size - pos)
+        out.append((pos, n))
+        pos += n
+    return out
+
+
+def join_pieces(address: int, pieces: Pieces, limit: int = BLOCK_SIZE) -> list[tuple[int, int]]:
+    """Join adjacent ``(offset, length)`` pieces into runs that do not cross a ``limit``
+    boundary of the flash (a write frame's extent)."""
+    runs: list[tuple[int, int]] = []
+    for off, n in pieces:
+        if runs:
+            start, length = runs[-1]
+            if start + length == off and (address + start) % limit + length + n <= limit:
+                runs[-1] = (start, length + n)
+                continue
+        runs.append((off, n))
+    return runs
+
+
+@dataclass
+class WriteLedger:
+    """What a write sent and what the board acknowledged, for the damage report.
+
+    The burn pipeline owns it and reads it after a failure; a client only records into
+    it. ``pending`` holds the frames sent at least once and not acknowledged: the board
+    may have erased or half-programmed the flash its write of them touches (see
+    :meth:`Stage2.erase_units`).
+    """
+
+    pending: dict[int, int] = field(default_factory=dict)  # address -> length
+    acked: int = 0  # bytes acknowledged
+
+    def sent(self, at: int, n: int) -> None:
+        self.pending[at] = max(n, self.pending.get(at, 0))
+
+    def ack(self, at: int, n: int) -> None:
+        self.pending.pop(at, None)
+        self.acked += n
 
 
 @dataclass(frozen=True)
@@ -98,8 +148,29 @@ class Stage2(ABC):
         """Move both ends of the line to ``baud`` and check the flasher still answers."""
 
     @abstractmethod
-    def write(self, address: int, data: bytes, progress: ProgressFn | None = None) -> None:
-        """Write ``data`` at ``address``; returns only once every frame was acknowledged."""
+    def write(
+        self,
+        address: int,
+        data: bytes,
+        progress: ProgressFn | None = None,
+        *,
+        pieces: Pieces | None = None,
+        ledger: WriteLedger | None = None,
+    ) -> None:
+        """Write ``data`` at ``address``; returns only once every frame was acknowledged.
+
+        ``pieces``: only these ``(offset, length)`` parts of ``data`` are sent (the
+        caller knows the rest is on flash already); ``ledger`` records what was sent and
+        acknowledged, so a failure can say what it may have damaged.
+        """
+
+    #: the flash a write of any byte inside it may erase and rewrite (see erase_units)
+    erase_unit: int = SECTOR
+
+    def erase_units(self, at: int, n: int) -> list[tuple[int, int]]:
+        """The flash ranges the board may erase to write ``n`` bytes at ``at``."""
+        unit = self.erase_unit
+        return [(at - at % unit, -(-(at + n) // unit) * unit)]
 
     @abstractmethod
     def erase(self, address: int, size: int, progress: ProgressFn | None = None) -> None:
@@ -139,12 +210,13 @@ class Stage2(ABC):
         self._require(CAP_HASH, "hash flash on the board")
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def holds(self, address: int, data: bytes) -> bool:
-        """Does the flash at ``address`` already hold ``data``? (hashed on the board)"""
-        return self.sha256(address, len(data)) == hashlib.sha256(data).digest()
-
     def identify(self) -> FlashInfo:
         self._require(CAP_IDENTIFY, "identify the flash chip")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def hash_list(self, address: int, size: int) -> list[bytes]:
+        """SHA-256 of each piece of the range cut at 4 KiB sector boundaries."""
+        self._require(CAP_HASH, "hash flash on the board")
         raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -258,12 +330,30 @@ class KflashStage2(Stage2):
             pos += n
         return chunks
 
-    def write(self, address: int, data: bytes, progress: ProgressFn | None = None) -> None:
+    #: every write frame rewrites its whole 64 KiB block (read, erase, program)
+    erase_unit = STAGE2_MAX_CHUNK
+
+    def write(
+        self,
+        address: int,
+        data: bytes,
+        progress: ProgressFn | None = None,
+        *,
+        pieces: Pieces | None = None,
+        ledger: WriteLedger | None = None,
+    ) -> None:
         baud = self.link.port.baudrate
         done = 0
         total = len(data)
+        ledger = ledger or WriteLedger()
         report(progress, Progress("write", 0, total))
         for at, chunk in self._chunks(address, data):
+            if pieces is not None and not any(
+                address + off < at + len(chunk) and at < address + off + n for off, n in pieces
+            ):
+                done = min(total, done + len(chunk))
+                continue
+            ledger.sent(at, len(chunk))
             self._request(
                 FlashOp.FLASH_WRITE,
                 at,
@@ -272,6 +362,7 @@ class KflashStage2(Stage2):
                 busy_poll=0.5,
                 what=f"write of {len(chunk)} B at 0x{at:08X}",
             )
+            ledger.ack(at, len(chunk))
             done = min(total, done + len(chunk))
             report(progress, Progress("write", done, total))
 
