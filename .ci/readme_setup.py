@@ -35,7 +35,7 @@ def setup_commands(readme: str) -> list[str]:
         if not pending and (not stripped or stripped.startswith("#")):
             continue
         if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
+            pending += stripped[:-1].rstrip() + " "
             continue
         commands.append(pending + stripped)
         pending = ""
