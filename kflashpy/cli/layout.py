@@ -150,9 +150,6 @@ def plan_options(f):
     for opt in reversed(
         [
             click.option(
-                "--board", "board_name", help="Board profile (flash size); default: -B or generic."
-            ),
-            click.option(
                 "--layout",
                 help="Firmware layout (maixpy, maixpy-minimum, kboot, sdk...) or a .toml file.",
             ),
@@ -212,7 +209,6 @@ def plan_options(f):
 def check_layout_cmd(
     s: Session,
     specs,
-    board_name,
     layout,
     prefix_at,
     raw_at,
@@ -243,7 +239,7 @@ def check_layout_cmd(
     resident = FlashItem.from_file(0, firmware_file) if firmware_file else None
     plan = plan_flash(
         items,
-        board=board_name or s.board,
+        board=s.board,
         layout=layout,
         firmware=resident,
         min_headroom=min_headroom,

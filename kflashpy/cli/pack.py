@@ -26,7 +26,7 @@ def _files(n: int) -> str:
 )
 @click.pass_obj
 def pack_cmd(
-    s: Session, pairs, output, board_name, layout, prefix_at, raw_at, kpu_load, load_flash, force
+    s: Session, pairs, output, layout, prefix_at, raw_at, kpu_load, load_flash, force
 ) -> None:
     """Pack files into a kfpkg that kflash.py, kflash_gui and K-Flash all read.
 
@@ -45,7 +45,7 @@ def pack_cmd(
         kpu_load=kpu_load,
         load_flash=load_flash,
     )
-    plan = pack(output, items, board=board_name or s.board, layout=layout, force=force)
+    plan = pack(output, items, board=s.board, layout=layout, force=force)
     s.result = {"output": output, "plan": plan.to_dict()}
     render_plan(s, plan)
     s.out(f"wrote {output} ({_files(len(plan.writes))})")
