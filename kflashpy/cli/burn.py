@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError, UsageError
+from ..image.content import detect_content
 from ..isp import api
 from ..isp.ports import candidates
 from ..units import fmt_addr, fmt_size
@@ -73,7 +74,17 @@ def _is_kfpkg(path: str) -> bool:
         return False
 
 
-def _inputs(args: tuple[str, ...], addr: int | None) -> tuple[list[tuple[int, str]], str | None]:
+def _firmware_file(path: str) -> bool:
+    """Whether ``path`` holds a firmware (raw or boot image): those go to address 0."""
+    try:
+        return detect_content(Path(path).read_bytes(), path).is_firmware
+    except OSError:
+        return False  # the plan names the unreadable file
+
+
+def _inputs(
+    s: Session, args: tuple[str, ...], addr: int | None
+) -> tuple[list[tuple[int, str]], str | None]:
     """(ADDR, FILE) pairs and an optional kfpkg from the positional arguments."""
     if addr is not None:
         if len(args) != 1:
@@ -84,8 +95,11 @@ def _inputs(args: tuple[str, ...], addr: int | None) -> tuple[list[tuple[int, st
     if len(args) == 1:
         if _is_kfpkg(args[0]):
             return [], args[0]
+        if _firmware_file(args[0]):
+            s.info(f"{Path(args[0]).name} is a K210 firmware: burning it at 0x00000000")
+            return [(0, args[0])], None
         raise UsageError(
-            f"{args[0]}: where should it go?",
+            f"{args[0]}: where should it go? (it is not a firmware, which would go to 0)",
             "give --addr (kflashpy burn FILE --addr 0x300000), or ADDR FILE pairs",
         )
     return pairs(args), None
@@ -120,7 +134,7 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
     board and acknowledged; the kflash flasher cannot read flash back, so that is all
     that is verified (said so in the result).
     """
-    files, kfpkg = _inputs(args, addr) if args else ([], None)
+    files, kfpkg = _inputs(s, args, addr) if args else ([], None)
     plan = api.plan_burn(
         files, kfpkg=kfpkg, firmware=firmware, board=s.board, layout=layout, force=force
     )

@@ -61,6 +61,8 @@ __all__ = [
 
 DEFAULT_MIN_HEADROOM = 128 * 1024
 BOOT_ADDRESS = 0
+#: what verify compares a file with when burn writes it unchanged
+AS_IS = "the file as is"
 LOADERS = ("kpu.load", "load_flash")
 
 
@@ -151,6 +153,13 @@ class PlannedRegion:
     @property
     def label(self) -> str:
         return self.item.label
+
+    @property
+    def written_as(self) -> str:
+        """How the file's bytes go to flash, in words (verify says what it compared)."""
+        if self.prefix:
+            return f"the boot image burn writes ({self.item.name} wrapped: +{self.size - len(self.item.data)} B)"
+        return AS_IS
 
     @property
     def range_text(self) -> str:
@@ -282,6 +291,11 @@ def _decide_prefix(item: FlashItem, content: ContentInfo, boot_address: int) -> 
     if content.kind == "firmware":
         return True
     return item.address == boot_address and content.kind == "data"
+
+
+def as_burned(address: int, data: bytes, name: str) -> PlannedRegion:
+    """What ``burn ADDR FILE`` writes for ``data`` at ``address``: the rule verify applies too."""
+    return _region(FlashItem(address, data, name), BOOT_ADDRESS)
 
 
 def _boots(r: PlannedRegion, boot_address: int) -> bool:
