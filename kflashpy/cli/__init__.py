@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
     if session.json and not (help_requested and status == 0):
         click.echo(_envelope(session, status, error))
-    elif error is not None:
+    elif error is not None and not session.error_shown:
         session.echo(session.style("error: ", fg="red", bold=True) + error["message"], err=True)
         if error.get("hint"):
             session.echo(f"  hint: {error['hint']}", err=True)

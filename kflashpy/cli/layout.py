@@ -140,9 +140,15 @@ def render_plan(s: Session, plan: FlashPlan) -> None:
     s.warnings += [f.message for f in plan.findings if f.severity == "warning"]
     for f in plan.findings:
         colour = {"error": "red", "warning": "yellow", "info": "green"}[f.severity]
-        s.out(s.style(f"{f.severity}:", fg=colour) + f" {f.message}")
+        lines = [s.style(f"{f.severity}:", fg=colour) + f" {f.message}"]
         if f.hint and f.severity != "info":
-            s.out(f"  hint: {f.hint}")
+            lines.append(f"  hint: {f.hint}")
+        for line in lines:  # errors on stderr, even with -q (main then adds no copy)
+            if f.severity != "error":
+                s.out(line)
+            elif not s.json:
+                s.echo(line, err=True)
+    s.error_shown = bool(plan.errors) and not s.json
 
 
 def plan_options(f):

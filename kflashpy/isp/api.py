@@ -25,7 +25,8 @@ from ..errors import InputError, LayoutError
 from ..image.kfpkg import read_kfpkg
 from ..image.plan import FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 from ..progress import ProgressFn
-from ..target.boards import Board, Firmware
+from ..target.boards import Board, Firmware, get_board
+from ..units import fmt_addr
 from .burn import BurnResult, WriteRegion, burn_on, erase_on
 from .connect import connect, open_device
 from .connect import load_ram as load_ram_on
@@ -35,8 +36,8 @@ from .stubs import StubProgram
 
 Source = str | os.PathLike[str] | bytes
 
-#: layout warnings that mean two things collide; a burn refuses them unless forced
-COLLISION_WARNINGS = frozenset({"shared-sector", "typical-firmware"})
+#: layout warnings a burn refuses unless forced: two things collide, or a model is damaged
+COLLISION_WARNINGS = frozenset({"shared-sector", "typical-firmware", "kmodel-damaged"})
 
 
 def _item(address: int, source: Source, prefix: bool | None = None) -> FlashItem:
@@ -189,6 +190,16 @@ def erase(
     if (address is None) != (size is None):
         raise InputError("erase needs both --addr and --size, or --all")
     opts = ConnectOptions(**connect_options)
+    if address is not None and size is not None:
+        flash_size = (
+            opts.board if isinstance(opts.board, Board) else get_board(opts.board)
+        ).flash_size
+        if address + size > flash_size:  # refused before the port is opened
+            raise InputError(
+                f"erase of {fmt_addr(address)} + 0x{size:X} ends at {fmt_addr(address + size)}, "
+                f"past the end of the {flash_size >> 20} MiB flash",
+                f"keep --addr + --size <= 0x{flash_size:X}, or use erase --all",
+            )
     with _connected(opts, progress) as dev:
         start = dev.link.now()
         method = erase_on(dev, address, size, progress=progress)
