@@ -42,7 +42,6 @@ from typing import Any
 
 from ..errors import InputError, KflashError, LayoutError
 from ..model.detect import swap_words
-from ..model.dispatch import parse as parse_kmodel
 from ..target.boards import Board, Firmware, get_board, get_firmware
 from ..units import fmt_addr, fmt_size
 from .bootimage import wrap_boot_image, wrapped_size
@@ -445,6 +444,8 @@ class _Checker:
         if sig is None or sig.opaque:
             return
         if sig.version in (3, 4, 5):
+            from ..model.dispatch import parse as parse_kmodel  # NumPy: only for a model
+
             try:  # a truncated download or a damaged export fails on the board, not here
                 parse_kmodel(r.item.data, r.label, allow_swapped=True)
             except KflashError as e:
