@@ -5,6 +5,7 @@
 * :mod:`.kfpkg` — read packages from every producer, write the portable dialect.
 * :mod:`.content` — what a binary is, from its bytes.
 * :mod:`.plan` — the layout checker used by ``check-layout``, ``pack`` and ``burn``.
+* :mod:`.merge` — one flat flash image from a plan (``merge``).
 
 Pure: never imports the serial, simulator, MaixPy or CLI layers.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from ..keys import load_key
 from ..target.boards import Board, Firmware, get_board, get_firmware, load_boards, load_firmwares
-from .api import check_layout, image_info, load_items, pack, unpack
+from .api import check_layout, image_info, load_items, merge, pack, unpack
 from .bootimage import BootImage, parse_boot_image, unwrap_boot_image, wrap_boot_image
 from .content import ContentInfo, detect_content
 from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, write_kfpkg
@@ -39,6 +40,7 @@ __all__ = [
     "load_firmwares",
     "load_items",
     "load_key",
+    "merge",
     "pack",
     "parse_boot_image",
     "plan_flash",
