@@ -115,6 +115,7 @@ def burn(
     reset_sequence: str | None = None,
     rom_baud: int | None = None,
     reboot: bool = True,
+    erase_all: bool = False,
     force: bool = False,
     progress: ProgressFn | None = None,
     trace: TraceFn | None = None,
@@ -123,7 +124,7 @@ def burn(
 
     The layout check (:func:`plan_burn`) runs before the port is opened. See
     :func:`kflashpy.connect` for ``port``, ``board``, ``baud``, ``stub``,
-    ``reset_sequence`` and ``rom_baud``.
+    ``reset_sequence`` and ``rom_baud``; ``erase_all`` as :func:`burn_plan`.
     """
     plan = plan_burn(files, kfpkg=kfpkg, firmware=firmware, board=board, layout=layout, force=force)
     return burn_plan(
@@ -135,6 +136,7 @@ def burn(
         reset_sequence=reset_sequence,
         rom_baud=rom_baud,
         reboot=reboot,
+        erase_all=erase_all,
         progress=progress,
         trace=trace,
     )
@@ -144,12 +146,22 @@ def burn_plan(
     plan: FlashPlan,
     *,
     reboot: bool = True,
+    erase_all: bool = False,
     progress: ProgressFn | None = None,
     **connect_options,
 ) -> BurnResult:
-    """Burn an already checked plan (see :func:`plan_burn`); connect options as :func:`burn`."""
+    """Burn an already checked plan (see :func:`plan_burn`); connect options as :func:`burn`.
+
+    ``erase_all``: erase the whole chip first (kflash.py's ``-e``); nothing outside the
+    plan survives, and no sector is skipped as unchanged.
+    """
     with _connected(ConnectOptions(**connect_options), progress) as dev:
-        result = burn_on(dev, regions_of(plan), reboot=reboot, progress=progress)
+        erased = erase_on(dev, progress=progress) if erase_all else ""
+        result = burn_on(
+            dev, regions_of(plan), reboot=reboot, skip_unchanged=not erase_all, progress=progress
+        )
+    if erased:
+        result.notes.insert(0, f"erased the whole chip first ({erased})")
     result.notes += [f.message for f in plan.warnings]
     return result
 
