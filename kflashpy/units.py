@@ -13,7 +13,7 @@ from .errors import InputError
 
 _SUFFIX = {"": 1, "k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024}
 _NUMBER = re.compile(
-    r"^\s*(?P<num>0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|\d[\d_]*)"
+    r"^\s*(?P<num>0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|\d[\d_]*(?:\.\d+)?)"
     r"\s*(?P<suffix>[kKmMgG]?)(?:i?[bB])?\s*$"
 )
 
@@ -23,7 +23,9 @@ def parse_int(text: str | int, what: str = "value") -> int:
 
     Accepts decimal, ``0x`` hex, ``0b``/``0o``, ``_`` separators and the binary
     suffixes ``k``, ``M``, ``G`` (optionally followed by ``B``/``iB``): ``3M`` is
-    3 MiB = 3145728, because flash sizes are powers of two.
+    3 MiB = 3145728, because flash sizes are powers of two. A decimal fraction is
+    allowed before a suffix when it names whole bytes, as sizes are printed:
+    ``1.5M`` = 1572864.
     """
     if isinstance(text, bool):
         raise InputError(f"{what}: expected a number, got {text!r}")
@@ -36,13 +38,22 @@ def parse_int(text: str | int, what: str = "value") -> int:
                 f"{what}: cannot read {text!r} as a number",
                 "write it as 0x300000, 3145728, 3M or 64k",
             )
-        digits = m.group("num").replace("_", "")
-        if len(digits) > 40:  # no address or size is this long; int() would refuse 4300+
+        num, scale = m.group("num").replace("_", ""), _SUFFIX[m.group("suffix").lower()]
+        if len(num) > 40:  # no address or size is this long; int() would refuse 4300+
             raise InputError(
-                f"{what}: a number of {len(digits)} characters is too large",
+                f"{what}: a number of {len(num)} characters is too large",
                 "write it as 0x300000, 3145728, 3M or 64k",
             )
-        value = int(digits, 0) * _SUFFIX[m.group("suffix").lower()]
+        if "." in num:
+            whole, frac = num.split(".")
+            value, rest = divmod(int(whole + frac) * scale, 10 ** len(frac))
+            if rest:
+                raise InputError(
+                    f"{what}: {text!r} is not a whole number of bytes",
+                    "write it in bytes or with a coarser fraction, e.g. 1.5M",
+                )
+        else:
+            value = int(num, 0) * scale
     if value < 0:
         raise InputError(f"{what}: {text!r} is negative")
     return value

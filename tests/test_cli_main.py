@@ -34,7 +34,7 @@ def test_json_with_help_prints_only_help(capsys):
 def test_quiet_suppresses_warnings_but_json_keeps_them(tmp_path, capsys):
     fw = tmp_path / "fw.bin"
     fw.write_bytes(b"\x01" * 1_493_375)
-    model = tmp_path / "m.kmodel"
+    model = tmp_path / "m.bin"
     model.write_bytes(b"\x00" * 4096)
     args = ["check-layout", "0", str(fw), "0x180000", str(model)]
     main(["-q", *args])

@@ -39,7 +39,7 @@ def test_no_color_output_has_no_escapes(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NO_COLOR", "1")
     assert main(["check-layout", "0x1000", "a.bin", "0x1000", "a.bin"]) == 2
     out, err = capsys.readouterr()
-    assert "\x1b[" not in out + err and "overlap" in out
+    assert "\x1b[" not in out + err and "overlap" in err
     assert main(["--color", "always", "check-layout", "0x1000", "a.bin", "0x1000", "a.bin"]) == 2
     out, err = capsys.readouterr()
     assert "\x1b[" in out and "\x1b[" in err

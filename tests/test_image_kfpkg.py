@@ -1,5 +1,4 @@
 import contextlib
-import io
 import json
 import random
 import zipfile
@@ -8,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.zips import make_zip
 
 from kflashpy.errors import FormatError, InputError, KflashError
 from kflashpy.image.kfpkg import (
@@ -19,16 +19,6 @@ from kflashpy.image.kfpkg import (
     unpack_kfpkg,
     write_kfpkg,
 )
-
-
-def make_zip(members, compression=zipfile.ZIP_DEFLATED) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression) as zf:
-        for name, data in members:
-            info = zipfile.ZipInfo(name)
-            info.compress_type = compression
-            zf.writestr(info, data)
-    return buf.getvalue()
 
 
 def manifest(*files, version="0.1.0"):

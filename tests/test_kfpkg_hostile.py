@@ -5,11 +5,11 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.zips import make_zip
 
 from kflashpy.cli import main
 from kflashpy.errors import FormatError, KflashError
 from kflashpy.image.kfpkg import parse_manifest
-from tests.test_kfpkg_read import make_zip
 
 ENTRY = '{"files": [{"address": %s, "bin": "a.bin", "sha256Prefix": %s}]}'
 

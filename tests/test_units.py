@@ -23,7 +23,7 @@ def test_parse_int_spellings(text, value):
     assert parse_int(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "0x", "3X", "-1", "1.5M", "abc", "0xZZ"])
+@pytest.mark.parametrize("text", ["", "0x", "3X", "-1", "1.3", "1.2.3M", "abc", "0xZZ"])
 def test_parse_int_rejects_with_field_name(text):
     with pytest.raises(InputError) as e:
         parse_int(text, "--addr")

@@ -17,6 +17,7 @@ import click
 
 from .. import __version__
 from ..errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, KflashError
+from .options import accept_anywhere, apply_global
 from .session import JSON_SCHEMA, Session
 
 #: modules of this package that add commands to the ``kflashpy`` group
@@ -72,22 +73,20 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
     help="Colour output (NO_COLOR is respected in auto).",
 )
 @click.pass_context
-def cli(ctx: click.Context, port, baud, board, as_json, verbose, quiet, no_progress, color) -> None:
+def cli(ctx: click.Context, **_options) -> None:
     """kflashpy: burn, pack, check and validate firmware and kmodels for Kendryte K210 boards.
 
     Exit codes: 0 ok, 1 device/serial error, 2 bad input or usage,
     3 verification mismatch, 4 internal error, 130 interrupted.
     """
-    if verbose and quiet:
-        raise click.UsageError("-v/--verbose and -q/--quiet cannot be used together")
     s: Session = ctx.ensure_object(Session)
-    s.port, s.baud, s.board = port, baud, board
-    s.json, s.verbose, s.quiet = as_json, verbose, quiet
-    s.color, s.show_progress = color, not no_progress
+    for name, value in ctx.params.items():
+        apply_global(s, name, value)
 
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}").register(cli)
+accept_anywhere(cli)  # after every command is registered
 
 
 def _envelope(session: Session, status: int, error: dict | None) -> str:
@@ -141,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
     if session.json and not (help_requested and status == 0):
         click.echo(_envelope(session, status, error))
-    elif error is not None:
+    elif error is not None and not session.error_shown:
         session.echo(session.style("error: ", fg="red", bold=True) + error["message"], err=True)
         if error.get("hint"):
             session.echo(f"  hint: {error['hint']}", err=True)

@@ -2,22 +2,56 @@
 
 from __future__ import annotations
 
+import functools
+import time
 import zipfile
 from pathlib import Path
 
 import click
 
 from ..errors import InputError, UsageError
+from ..image.content import detect_content
 from ..isp import api
+from ..isp.frames import STATUS_TEXT
 from ..isp.ports import candidates
 from ..target import k210
 from ..units import fmt_addr, fmt_size
 from .session import Session
 from .types import ADDRESS, pairs
 
+#: what --before no-reset asks of the user (the ROM enters ISP when IO16 is low at reset)
+BUTTONS = "hold the BOOT button (IO16), press and release RESET, then release BOOT"
+
+
+def _reset_for(before: str | None, reset_seq: str | None) -> str | None:
+    """The reset sequence that --before asks for (``no-reset``: the user resets by hand)."""
+    if before != "no-reset":
+        return reset_seq
+    if reset_seq is not None and reset_seq.strip().lower() != "none":
+        raise UsageError(
+            "--before no-reset and --reset-seq contradict each other", "give one of them"
+        )
+    s = click.get_current_context().find_object(Session)
+    if s is not None and not s.json:  # said even with -q: the user has to act
+        s.echo(f"--before no-reset: {BUTTONS}; waiting for the board...", err=True)
+    return "none"
+
 
 def connection_options(f):
     """Options shared by every command that connects to a board."""
+
+    command = f
+
+    @functools.wraps(command)
+    def with_reset(*args, before: str | None = None, reset_seq: str | None = None, **kw):
+        return command(*args, reset_seq=_reset_for(before, reset_seq), **kw)
+
+    f = click.option(
+        "--before",
+        type=click.Choice(["reset", "no-reset"]),
+        help="How to enter ISP mode: reset by the board's DTR/RTS wiring (default), or "
+        "no-reset: you press the buttons (esptool's --before).",
+    )(with_reset)
     f = click.option(
         "--rom-baud",
         type=int,
@@ -41,13 +75,43 @@ def stub_option(f):
     )(f)
 
 
+def after_option(f):
+    """esptool's --after, beside --reboot/--no-reboot."""
+    return click.option(
+        "--after",
+        type=click.Choice(["reboot", "stay"]),
+        help="Afterwards: start the program (reboot) or stay in ISP mode (--reboot/--no-reboot).",
+    )(f)
+
+
+def _reboot(after: str | None, reboot: bool) -> bool:
+    return reboot if after is None else after == "reboot"
+
+
+def _op_names() -> dict[int, str]:
+    from ..isp.frames import FlashOp, RomOp
+    from ..isp.kfpy_stage2 import KfpyOp
+
+    return {op.value: op.name for enum in (RomOp, FlashOp, KfpyOp) for op in enum}
+
+
 def _trace(s: Session):
+    """-vv: every frame, with the time since the port opened and its decoded command."""
     if s.verbose < 2 or s.json:
         return None
+    names, start = _op_names(), time.monotonic()
 
     def trace(direction: str, frame: bytes) -> None:
+        op = int.from_bytes(frame[:2], "little") if direction == "tx" else frame[0] if frame else -1
+        name = names.get(op, f"0x{op:02X}")
+        if direction == "rx" and len(frame) > 1:
+            name += f" {STATUS_TEXT.get(frame[1], f'status 0x{frame[1]:02X}')}"
         more = "..." if len(frame) > 32 else ""
-        click.echo(f"{direction} [{len(frame):5d}] {frame[:32].hex(' ')}{more}", err=True)
+        click.echo(
+            f"{time.monotonic() - start:9.3f}s {direction} {name:28} [{len(frame):5d}] "
+            f"{frame[:32].hex(' ')}{more}",
+            err=True,
+        )
 
     return trace
 
@@ -74,7 +138,17 @@ def _is_kfpkg(path: str) -> bool:
         return False
 
 
-def _inputs(args: tuple[str, ...], addr: int | None) -> tuple[list[tuple[int, str]], str | None]:
+def _firmware_file(path: str) -> bool:
+    """Whether ``path`` holds a firmware (raw or boot image): those go to address 0."""
+    try:
+        return detect_content(Path(path).read_bytes(), path).is_firmware
+    except OSError:
+        return False  # the plan names the unreadable file
+
+
+def _inputs(
+    s: Session, args: tuple[str, ...], addr: int | None
+) -> tuple[list[tuple[int, str]], str | None]:
     """(ADDR, FILE) pairs and an optional kfpkg from the positional arguments."""
     if addr is not None:
         if len(args) != 1:
@@ -85,8 +159,11 @@ def _inputs(args: tuple[str, ...], addr: int | None) -> tuple[list[tuple[int, st
     if len(args) == 1:
         if _is_kfpkg(args[0]):
             return [], args[0]
+        if _firmware_file(args[0]):
+            s.info(f"{Path(args[0]).name} is a K210 firmware: burning it at 0x00000000")
+            return [(0, args[0])], None
         raise UsageError(
-            f"{args[0]}: where should it go?",
+            f"{args[0]}: where should it go? (it is not a firmware, which would go to 0)",
             "give --addr (kflashpy burn FILE --addr 0x300000), or ADDR FILE pairs",
         )
     return pairs(args), None
@@ -105,10 +182,27 @@ def _inputs(args: tuple[str, ...], addr: int | None) -> tuple[list[tuple[int, st
 @click.option(
     "--reboot/--no-reboot", default=True, show_default=True, help="Start the program afterwards."
 )
+@click.option(
+    "--erase-all", is_flag=True, help="Erase the whole chip first (kflash.py's -e; slow)."
+)
+@after_option
 @stub_option
 @connection_options
 @click.pass_obj
-def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, reset_seq, rom_baud):
+def burn_cmd(
+    s: Session,
+    args,
+    addr,
+    firmware,
+    layout,
+    force,
+    reboot,
+    erase_all,
+    after,
+    stub,
+    reset_seq,
+    rom_baud,
+):
     """Burn files, ADDR FILE pairs or a kfpkg to flash.
 
     \b
@@ -122,7 +216,7 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
     computed on the board. With --stub kflash, frames are only CRC-checked and
     acknowledged (that flasher cannot read flash back); the result says which was done.
     """
-    files, kfpkg = _inputs(args, addr) if args else ([], None)
+    files, kfpkg = _inputs(s, args, addr) if args else ([], None)
     plan = api.plan_burn(
         files, kfpkg=kfpkg, firmware=firmware, board=s.board, layout=layout, force=force
     )
@@ -133,7 +227,8 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
     progress = s.progress()
     result = api.burn_plan(
         plan,
-        reboot=reboot,
+        reboot=_reboot(after, reboot),
+        erase_all=erase_all,
         progress=progress,
         connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
@@ -155,10 +250,11 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
 @click.option("--size", type=ADDRESS, help="Bytes to erase (multiple of 4 KiB).")
 @click.option("--all", "whole", is_flag=True, help="Erase the whole chip.")
 @click.option("--reboot/--no-reboot", default=False, show_default=True)
+@after_option
 @stub_option
 @connection_options
 @click.pass_obj
-def erase_cmd(s: Session, addr, size, whole, reboot, stub, reset_seq, rom_baud):
+def erase_cmd(s: Session, addr, size, whole, reboot, after, stub, reset_seq, rom_baud):
     """Erase a flash region (--addr --size) or the whole chip (--all)."""
     if whole == (addr is not None or size is not None):
         raise UsageError("give either --addr and --size, or --all")
@@ -167,7 +263,7 @@ def erase_cmd(s: Session, addr, size, whole, reboot, stub, reset_seq, rom_baud):
     res = api.erase(
         addr,
         size,
-        reboot=reboot,
+        reboot=_reboot(after, reboot),
         progress=s.progress(),
         connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import CompareMismatch, InputError, UsageError, VerifyError
+from ..image.plan import AS_IS, as_burned
 from ..units import fmt_addr, fmt_size
 from .session import Session
 from .types import ADDRESS, pairs
@@ -266,11 +267,14 @@ def verify_via_repl(
     files = []
     for addr, name in items:
         try:
-            files.append((addr, name, Path(name).read_bytes()))
+            files.append(as_burned(addr, Path(name).read_bytes(), name))  # what burn wrote
         except OSError as e:
             raise InputError(f"{name}: cannot read ({e.strerror})", "check the path") from None
     with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
-        results = [(name, verify_region(repl, addr, data)) for addr, name, data in files]
+        results = [(f.label, verify_region(repl, f.address, f.write)) for f in files]
+    for f in files:
+        if f.written_as != AS_IS:
+            s.info(f"{f.label}: compared with {f.written_as}")
     s.table(
         ["file", "address", "size", "flash", "checked by"],
         [
@@ -281,7 +285,10 @@ def verify_via_repl(
     s.result = {
         "ok": all(r.match for _, r in results),
         "method": "repl",
-        "regions": [{"file": name, **r.to_dict()} for name, r in results],
+        "regions": [
+            {"file": name, **r.to_dict(), "compared": f.written_as}
+            for (name, r), f in zip(results, files, strict=True)
+        ],
     }
     bad = [f"{name} at {fmt_addr(r.address)}" for name, r in results if not r.match]
     if bad:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from ..errors import VerifyError
+from ..image.plan import AS_IS
 from ..isp import flashops
 from ..units import fmt_addr, fmt_size
 from .burn import _connection, connection_options
 from .session import Session
-from .types import ADDRESS, pairs
+from .types import ADDRESS, SIZE_OR_ALL, pairs
 
 
 def stub_option(f):
@@ -22,7 +23,12 @@ def stub_option(f):
 
 @click.command("read")
 @click.option("--addr", type=ADDRESS, required=True, help="Flash address to start at.")
-@click.option("--size", type=ADDRESS, required=True, help="Bytes to read.")
+@click.option(
+    "--size",
+    type=SIZE_OR_ALL,
+    required=True,
+    help="Bytes to read (1.5M, 512k, 0x180000), or 'all': to the end of the flash.",
+)
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write."
 )
@@ -34,6 +40,7 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
 
     \b
     kflashpy read --addr 0x300000 --size 1.5M -o model_backup.bin
+    kflashpy read --addr 0 --size all -o whole_flash.bin
     """
     res = flashops.read_flash(
         addr,
@@ -43,7 +50,7 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
         connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     s.out(
-        f"read {fmt_size(size)} at {fmt_addr(addr)} into {output} in {res.seconds:.2f} s "
+        f"read {fmt_size(res.size)} at {fmt_addr(addr)} into {output} in {res.seconds:.2f} s "
         f"(sha256 {res.sha256[:16]}...)"
     )
     s.result = res.to_dict()
@@ -81,6 +88,9 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
         for r in res.regions
     ]
     s.table(["file", "address", "size", "flash", "checked by"], rows)
+    for r in res.regions:
+        if r.compared != AS_IS:
+            s.info(f"{r.label}: compared with {r.compared}")
     s.result = res.to_dict()
     if not res.ok:
         bad = res.mismatches

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import click
 
 from ..errors import InputError
 from ..fileio import write_atomic
-from ..image.api import image_info
+from ..image.api import check_layout, image_info
 from ..image.bootimage import OVERHEAD, parse_boot_image, unwrap_boot_image, wrap_boot_image
 from ..image.content import SECTOR, ContentInfo, align_up
+from ..image.plan import plan_footprint
 from ..keys import DEFAULT_KEY_ENV, load_key
-from ..units import fmt_size
+from ..units import fmt_addr, fmt_size
 from .session import Session
 
 
@@ -88,16 +90,53 @@ def image_info_cmd(s: Session, files: tuple[str, ...]) -> None:
         info = image_info(path)
         d = info.to_dict()
         d["file"] = path
-        d["footprint"] = align_up(
-            info.boot.size if info.boot else info.flash_size(info.kind == "firmware"), SECTOR
-        )
+        rows = _describe(info)
+        if info.kind == "kfpkg":
+            plan = check_layout([path], board=s.board)
+            d["members"] = [r.to_dict() for r in plan.writes]
+            d["footprint"] = plan_footprint(plan)
+            rows[-1] = ("flash footprint", f"{fmt_size(d['footprint'])} (its files, whole sectors)")
+        else:
+            d["footprint"] = align_up(
+                info.boot.size if info.boot else info.flash_size(info.kind == "firmware"), SECTOR
+            )
+        if info.kmodel is not None and not info.kmodel.opaque:
+            d["firmwares"] = _loading_firmwares(_read(path), path)
+            rows.insert(-1, ("loaded by", ", ".join(d["firmwares"]) or "no known firmware"))
         results.append(d)
         if n:
             s.out()
         s.out(s.style(path, bold=True))
-        for key, value in _describe(info):
-            s.out(f"  {key + ':':17}{value}")
+        for key, value in rows:  # long values wrap under themselves, within 80 columns
+            s.out(
+                textwrap.fill(
+                    f"  {key + ':':17}{value}",
+                    80,
+                    subsequent_indent=" " * 19,
+                    break_on_hyphens=False,
+                )
+            )
+        if info.kind == "kfpkg":
+            s.table(
+                ["  address", "size", "file", "written as"],
+                [
+                    [f"  {fmt_addr(r.address)}", fmt_size(r.size), Path(r.item.name).name,
+                     "boot image" if r.prefix else "raw"]
+                    for r in plan.writes
+                ],
+            )  # fmt: skip
     s.result = {"files": results}
+
+
+def _loading_firmwares(data: bytes, name: str) -> list[str]:
+    """The firmwares `model info` says load this model (one verdict for both commands)."""
+    from ..model.info import model_info
+
+    try:
+        verdicts = model_info(data, name)["firmwares"]
+    except InputError:
+        return []  # a damaged model: `model info` names the problem
+    return [v["firmware"] for v in verdicts if v["loads"] == "yes"]
 
 
 #: content kinds the ROM cannot run, and what to do instead of wrapping them

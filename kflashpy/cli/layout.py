@@ -138,18 +138,21 @@ def render_plan(s: Session, plan: FlashPlan) -> None:
     s.warnings += [f.message for f in plan.findings if f.severity == "warning"]
     for f in plan.findings:
         colour = {"error": "red", "warning": "yellow", "info": "green"}[f.severity]
-        s.out(s.style(f"{f.severity}:", fg=colour) + f" {f.message}")
+        lines = [s.style(f"{f.severity}:", fg=colour) + f" {f.message}"]
         if f.hint and f.severity != "info":
-            s.out(f"  hint: {f.hint}")
+            lines.append(f"  hint: {f.hint}")
+        for line in lines:  # errors on stderr, even with -q (main then adds no copy)
+            if f.severity != "error":
+                s.out(line)
+            elif not s.json:
+                s.echo(line, err=True)
+    s.error_shown = bool(plan.errors) and not s.json
 
 
 def plan_options(f):
     """Options shared by check-layout and pack."""
     for opt in reversed(
         [
-            click.option(
-                "--board", "board_name", help="Board profile (flash size); default: -B or generic."
-            ),
             click.option(
                 "--layout",
                 help="Firmware layout (maixpy, maixpy-minimum, kboot, sdk...) or a .toml file.",
@@ -216,7 +219,6 @@ def plan_options(f):
 def check_layout_cmd(
     s: Session,
     specs,
-    board_name,
     layout,
     prefix_at,
     raw_at,
@@ -248,7 +250,7 @@ def check_layout_cmd(
     resident = FlashItem.from_file(0, firmware_file) if firmware_file else None
     plan = plan_flash(
         items,
-        board=board_name or s.board,
+        board=s.board,
         layout=layout,
         firmware=resident,
         min_headroom=min_headroom,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
-from ..image.api import pack, unpack
+from ..image.api import merge, pack, unpack
 from ..image.kfpkg import read_kfpkg
 from ..units import fmt_addr
 from .layout import build_items, exact_size, parse_specs, plan_options, render_plan
 from .session import Session
+from .types import ADDRESS
 
 
 def _files(n: int) -> str:
@@ -26,7 +27,7 @@ def _files(n: int) -> str:
 )
 @click.pass_obj
 def pack_cmd(
-    s: Session, pairs, output, board_name, layout, prefix_at, raw_at, kpu_load, load_flash, force
+    s: Session, pairs, output, layout, prefix_at, raw_at, kpu_load, load_flash, force
 ) -> None:
     """Pack files into a kfpkg that kflash.py, kflash_gui and K-Flash all read.
 
@@ -45,7 +46,7 @@ def pack_cmd(
         kpu_load=kpu_load,
         load_flash=load_flash,
     )
-    plan = pack(output, items, board=board_name or s.board, layout=layout, force=force)
+    plan = pack(output, items, board=s.board, layout=layout, force=force)
     s.result = {"output": output, "plan": plan.to_dict()}
     render_plan(s, plan)
     s.out(f"wrote {output} ({_files(len(plan.writes))})")
@@ -100,7 +101,46 @@ def info_cmd(s: Session, package) -> None:
     s.result = pkg.to_dict()
 
 
+@click.command("merge")
+@click.argument("specs", nargs=-1, required=True, metavar="[ADDR FILE | PKG.kfpkg]...")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The image to write."
+)
+@click.option(
+    "--fill-to",
+    type=ADDRESS,
+    metavar="SIZE",
+    help="Pad with 0xFF up to SIZE (e.g. 16M: a whole-flash image). Default: the last byte.",
+)
+@plan_options
+@click.option("--force", is_flag=True, help="Write the image even when the layout check fails.")
+@click.pass_obj
+def merge_cmd(
+    s: Session, specs, output, fill_to, layout, prefix_at, raw_at, kpu_load, load_flash, force
+) -> None:
+    """Write one flat flash image from ADDR FILE pairs or a kfpkg (esptool's merge_bin).
+
+    Each file is placed as burn writes it (a raw firmware at 0 as its boot image), the
+    gaps are 0xFF (erased flash). For factory programmers, which write one file from
+    address 0, and for the virtual board: -p "sim://?flash=IMAGE".
+
+    Example: kflashpy merge -o flash.bin --fill-to 16M 0 maixpy.bin 0x300000 model.kmodel
+    """
+    items = build_items(
+        parse_specs(specs),
+        prefix_at=prefix_at,
+        raw_at=raw_at,
+        kpu_load=kpu_load,
+        load_flash=load_flash,
+    )
+    plan, image = merge(output, items, board=s.board, layout=layout, fill_to=fill_to, force=force)
+    render_plan(s, plan)
+    s.out(f"wrote {output}: {exact_size(len(image))} from 0x00000000 ({_files(len(plan.writes))})")
+    s.result = {"output": output, "size": len(image), "plan": plan.to_dict()}
+
+
 def register(group: click.Group) -> None:
     group.add_command(pack_cmd)
+    group.add_command(merge_cmd)
     group.add_command(unpack_cmd)
     group.add_command(info_cmd)

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
 
 from ..errors import InputError, UsageError
 from ..fileio import write_atomic
 from ..model.stackvm import RELEASES
 from .session import Session
 
+if TYPE_CHECKING:  # NumPy is imported by the commands that run a model, not at start-up
+    import numpy as np
+
 #: an output with at most this many elements (after squeezing) is shown as a classifier
 _CLASSIFIER_MAX = 1000
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> Path:
+    import numpy as np
+
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
     return write_atomic(path, buf.getvalue())
@@ -51,6 +55,8 @@ def _class_names(spec: str | None, count: int) -> list[str]:
 
 
 def _summary(arr: np.ndarray, top: int) -> dict[str, Any]:
+    import numpy as np
+
     flat = arr.reshape(-1)
     info: dict[str, Any] = {
         "shape": list(arr.shape),

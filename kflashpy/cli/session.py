@@ -36,6 +36,8 @@ class Session:
     show_progress: bool = True
     result: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    #: the command already showed its error (e.g. check-layout's findings): main adds no copy
+    error_shown: bool = False
 
     # --- colour -------------------------------------------------------------------
 

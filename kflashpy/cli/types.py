@@ -22,7 +22,19 @@ class IntSpec(click.ParamType):
             self.fail(f"{e.message} ({e.hint})" if e.hint else e.message, param, ctx)
 
 
+class SizeOrAll(IntSpec):
+    """A size, or ``all``: up to the end of the flash (``None``)."""
+
+    name = "SIZE|all"
+
+    def convert(self, value, param, ctx):  # noqa: D102 - click API
+        if isinstance(value, str) and value.strip().lower() == "all":
+            return None
+        return super().convert(value, param, ctx)
+
+
 ADDRESS = IntSpec()
+SIZE_OR_ALL = SizeOrAll()
 
 
 def pairs(values: tuple[str, ...], what: str = "ADDR FILE") -> list[tuple[int, str]]:

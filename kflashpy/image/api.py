@@ -8,9 +8,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..errors import InputError
+from ..fileio import write_atomic
 from ..target.boards import Board, Firmware
 from .content import ContentInfo, detect_content
 from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, unpack_kfpkg, write_kfpkg
+from .merge import flatten
 from .plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 
 __all__ = ["check_layout", "image_info", "is_package", "load_items", "pack", "unpack"]
@@ -92,6 +94,32 @@ def pack(
     ]
     write_kfpkg(output, entries)
     return plan
+
+
+def merge(
+    output: PathLike | None,
+    items: Sequence[FlashItem | Spec],
+    *,
+    board: Board | str | None = None,
+    layout: Firmware | str | None = None,
+    fill_to: int | None = None,
+    force: bool = False,
+) -> tuple[FlashPlan, bytes]:
+    """Check ``items`` and lay them out as one flat flash image (see :func:`.merge.flatten`).
+
+    The image is written to ``output`` when given, and returned with the plan. Layout
+    errors raise :class:`~kflashpy.errors.LayoutError` unless ``force``; nothing is
+    written then.
+    """
+    resolved: list[FlashItem] = []
+    for it in items:
+        resolved += [it] if isinstance(it, FlashItem) else load_items([it])
+    plan = plan_flash(resolved, board=board, layout=layout)
+    plan.raise_on_errors(force)
+    image = flatten(plan, fill_to=fill_to)
+    if output is not None:
+        write_atomic(output, image)
+    return plan, image
 
 
 def unpack(source: PathLike, outdir: PathLike, *, force: bool = False) -> Kfpkg:

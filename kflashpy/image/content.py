@@ -11,6 +11,9 @@ Kinds (``ContentInfo.kind``):
 * ``kfpkg`` / ``zip``: a package (a zip with ``flash-list.json``) or another zip.
 * ``elf``: an ELF executable (the ROM needs the ``.bin``, not the ELF).
 * ``erased``: only 0xFF bytes (what erased NOR flash reads as); ``empty``: no bytes.
+* ``lfs-pointer`` / ``html``: what a failed download leaves in place of the file: a Git
+  LFS pointer (a clone without ``git lfs``) or an HTML page (an error page or a GitHub
+  "blob" page saved instead of the raw file).
 * ``data``: anything else (file systems, fonts, configuration...).
 """
 
@@ -29,6 +32,9 @@ __all__ = ["SECTOR", "ContentInfo", "align_down", "align_up", "detect_content", 
 
 #: first-bytes markers of SDK start-up code: compressed jump (A821) and 0xDEADBEEF halves
 _FIRMWARE_MARKERS = (b"\x21\xa8", b"\xef\xbe", b"\xad\xde")
+#: the first line of every Git LFS pointer file (git-lfs spec v1)
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+_HTML_STARTS = (b"<!doctype html", b"<html", b"<head")
 
 
 def align_down(n: int, a: int = SECTOR) -> int:
@@ -126,6 +132,10 @@ def detect_content(data: bytes, name: str | None = None) -> ContentInfo:
         return ContentInfo("empty", "empty file", 0)
     if data.count(0xFF) == n:
         return ContentInfo("erased", "erased flash (all bytes 0xFF)", n)
+    if data.startswith(_LFS_POINTER):
+        return ContentInfo("lfs-pointer", "Git LFS pointer (a text stub, not the file)", n)
+    if data[:512].lstrip().lower().startswith(_HTML_STARTS):
+        return ContentInfo("html", "HTML page (a web page, not a binary)", n)
     if data[:4] == b"PK\x03\x04":
         kind, label = _zip_kind(data)
         return ContentInfo(kind, label, n)

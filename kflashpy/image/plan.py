@@ -60,6 +60,8 @@ __all__ = [
 
 DEFAULT_MIN_HEADROOM = 128 * 1024
 BOOT_ADDRESS = 0
+#: what verify compares a file with when burn writes it unchanged
+AS_IS = "the file as is"
 LOADERS = ("kpu.load", "load_flash")
 
 
@@ -150,6 +152,13 @@ class PlannedRegion:
     @property
     def label(self) -> str:
         return self.item.label
+
+    @property
+    def written_as(self) -> str:
+        """How the file's bytes go to flash, in words (verify says what it compared)."""
+        if self.prefix:
+            return f"the boot image burn writes ({self.item.name} wrapped: +{self.size - len(self.item.data)} B)"
+        return AS_IS
 
     @property
     def range_text(self) -> str:
@@ -301,6 +310,22 @@ def _decide_prefix(item: FlashItem, content: ContentInfo, boot_address: int) -> 
     return item.address == boot_address and content.kind == "data"
 
 
+def plan_footprint(plan: FlashPlan) -> int:
+    """Bytes of flash the plan's writes occupy, in whole erase sectors, shared ones once."""
+    total, covered_to = 0, 0
+    for start, end in sorted(r.footprint for r in plan.writes):
+        start = max(start, covered_to)
+        if end > start:
+            total += end - start
+            covered_to = end
+    return total
+
+
+def as_burned(address: int, data: bytes, name: str) -> PlannedRegion:
+    """What ``burn ADDR FILE`` writes for ``data`` at ``address``: the rule verify applies too."""
+    return _region(FlashItem(address, data, name), BOOT_ADDRESS)
+
+
 def _boots(r: PlannedRegion, boot_address: int) -> bool:
     """Whether ``r`` is the firmware the ROM boots."""
     return r.address == boot_address and (r.prefix or r.content.kind == "boot-image")
@@ -353,9 +378,33 @@ class _Checker:
                 f"{name} is a kfpkg; packages cannot be nested",
                 "give the package itself, not as a file at an address",
             ),
+            "lfs-pointer": (
+                "not-the-file",
+                f"{name} is a Git LFS pointer ({c.size} B of text), not the file it stands for",
+                "fetch the real file (git lfs install && git lfs pull), or download it again",
+            ),
+            "html": (
+                "not-the-file",
+                f"{name} is an HTML page, not a binary: what a failed or redirected download saves",
+                "download the file itself (on GitHub: the Raw or release-asset link)",
+            ),
+            "zip": (
+                "not-the-file",
+                f"{name} is a {c.label}, not something to write to flash",
+                "unpack it and burn the file inside (a kfpkg needs flash-list.json at its root)",
+            ),
         }
         if c.kind in kind_errors:
             self.add("error", *kind_errors[c.kind])
+        elif name.lower().endswith(".kmodel") and c.kind != "kmodel":
+            self.add(
+                "error",
+                "not-the-file",
+                f"{name} is named .kmodel but holds {c.label}, not a kmodel",
+                "check that this is the model file (kflashpy image-info shows what it is)",
+            )
+        if self.plan.findings and self.plan.findings[-1].code == "not-the-file":
+            return  # what such bytes would do at this address is beside the point
         if r.prefix and c.kind == "kmodel":
             self.add(
                 "error",

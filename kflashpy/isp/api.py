@@ -31,7 +31,8 @@ from ..image.kfpkg import read_kfpkg
 from ..image.plan import FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 from ..progress import ProgressFn
 from ..target import k210
-from ..target.boards import Board, Firmware
+from ..target.boards import Board, Firmware, get_board
+from ..units import fmt_addr
 from .burn import BurnResult, WriteRegion, burn_on, erase_on
 from .connect import Connection, ConnectOptions
 from .connect import load_ram as load_ram_on
@@ -39,8 +40,8 @@ from .ramimage import RamImage, load_ram_image
 
 Source = str | os.PathLike[str] | bytes
 
-#: layout warnings that mean two things collide; a burn refuses them unless forced
-COLLISION_WARNINGS = frozenset({"shared-sector", "typical-firmware"})
+#: layout warnings a burn refuses unless forced: two things collide, or a model is damaged
+COLLISION_WARNINGS = frozenset({"shared-sector", "typical-firmware", "kmodel-damaged"})
 
 
 def _item(address: int, source: Source, prefix: bool | None = None) -> FlashItem:
@@ -100,19 +101,20 @@ def burn(
     connection: Connection = None,
     layout: Firmware | str | None = None,
     reboot: bool = True,
+    erase_all: bool = False,
     force: bool = False,
     progress: ProgressFn | None = None,
 ) -> BurnResult:
     """Check, then burn files and/or a kfpkg to a board; returns per-region results.
 
     The layout check (:func:`plan_burn`, against the connection's board) runs before the
-    port is opened.
+    port is opened; ``erase_all`` as :func:`burn_plan`.
     """
     opts = ConnectOptions.of(connection)
     plan = plan_burn(
         files, kfpkg=kfpkg, firmware=firmware, board=opts.board, layout=layout, force=force
     )
-    return burn_plan(plan, opts, reboot=reboot, progress=progress)
+    return burn_plan(plan, opts, reboot=reboot, erase_all=erase_all, progress=progress)
 
 
 def burn_plan(
@@ -120,11 +122,21 @@ def burn_plan(
     connection: Connection = None,
     *,
     reboot: bool = True,
+    erase_all: bool = False,
     progress: ProgressFn | None = None,
 ) -> BurnResult:
-    """Burn an already checked plan (see :func:`plan_burn`)."""
+    """Burn an already checked plan (see :func:`plan_burn`).
+
+    ``erase_all``: erase the whole chip first (kflash.py's ``-e``); nothing outside the
+    plan survives, and no sector is skipped as unchanged.
+    """
     with ConnectOptions.of(connection).connect(progress) as dev:
-        result = burn_on(dev, regions_of(plan), reboot=reboot, progress=progress)
+        erased = erase_on(dev, progress=progress) if erase_all else ""
+        result = burn_on(
+            dev, regions_of(plan), reboot=reboot, skip_unchanged=not erase_all, progress=progress
+        )
+    if erased:
+        result.notes.insert(0, f"erased the whole chip first ({erased})")
     result.notes += [f.message for f in plan.warnings]
     return result
 
@@ -162,7 +174,18 @@ def erase(
     """Erase ``size`` bytes at ``address`` (4 KiB multiples), or the whole chip if neither."""
     if (address is None) != (size is None):
         raise InputError("erase needs both --addr and --size, or --all")
-    with ConnectOptions.of(connection).connect(progress) as dev:
+    opts = ConnectOptions.of(connection)
+    if address is not None and size is not None:
+        flash_size = (
+            opts.board if isinstance(opts.board, Board) else get_board(opts.board)
+        ).flash_size
+        if address + size > flash_size:  # refused before the port is opened
+            raise InputError(
+                f"erase of {fmt_addr(address)} + 0x{size:X} ends at {fmt_addr(address + size)}, "
+                f"past the end of the {flash_size >> 20} MiB flash",
+                f"keep --addr + --size <= 0x{flash_size:X}, or use erase --all",
+            )
+    with opts.connect(progress) as dev:
         start = dev.link.now()
         method = erase_on(dev, address, size, progress=progress)
         seconds = dev.link.now() - start

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..image.plan import AS_IS, as_burned
 from ..progress import ProgressFn
 from ..units import fmt_addr
 from .connect import Connection, ConnectOptions
@@ -85,17 +86,28 @@ class ReadResult:
 
 def read_flash(
     address: int,
-    size: int,
+    size: int | None,
     *,
     output: str | os.PathLike[str] | None = None,
     connection: Connection = None,
     progress: ProgressFn | None = None,
 ) -> ReadResult:
-    """Read ``size`` bytes at ``address``; the board's SHA-256 of the range checks them."""
+    """Read ``size`` bytes at ``address``; the board's SHA-256 of the range checks them.
+
+    ``size=None`` reads to the end of the flash (its size as the chip reports it).
+    """
     with ConnectOptions.of(connection).connect(progress) as dev:
         s2 = dev.require_stage2()
         s2._require(CAP_READ, "read flash")
-        _check_range(address, size, _flash_size(s2))
+        flash_size = _flash_size(s2)
+        if size is None:
+            if not flash_size:
+                raise InputError(
+                    "this flasher cannot tell the flash size, so 'all' has no end",
+                    "give --size in bytes (see kflashpy flash-id)",
+                )
+            size = flash_size - address
+        _check_range(address, size, flash_size)
         start = dev.link.now()
         data = s2.read(address, size, progress)
         seconds = dev.link.now() - start
@@ -121,6 +133,8 @@ class VerifyRegion:
     expected: str
     found: str
     method: str  # "sha256" (on board) or "read-back"
+    #: what the file was compared as: itself, or the boot image burn wraps it into
+    compared: str = AS_IS
 
     @property
     def ok(self) -> bool:
@@ -136,6 +150,7 @@ class VerifyRegion:
             "expected_sha256": self.expected,
             "found_sha256": self.found,
             "method": self.method,
+            "compared": self.compared,
         }
 
 
@@ -183,9 +198,15 @@ def verify_flash(
 ) -> VerifyResult:
     """Compare flash with files, region by region (on-board SHA-256, else read-back).
 
-    Mismatches are reported in the result (``.ok``, ``.mismatches``), not raised.
+    Each file is compared with what ``burn`` writes for it at that address
+    (:func:`~kflashpy.image.plan.as_burned`: a raw firmware at 0 becomes a boot image),
+    so a burn followed by a verify agrees. Mismatches are reported in the result
+    (``.ok``, ``.mismatches``), not raised.
     """
-    items = [(address, *_source(address, src)) for address, src in files]
+    items = []
+    for address, src in files:
+        label, data = _source(address, src)
+        items.append((address, as_burned(address, data, label)))
     if not items:
         raise InputError("nothing to verify", "give ADDR FILE pairs")
     with ConnectOptions.of(connection).connect(progress) as dev:
@@ -195,7 +216,8 @@ def verify_flash(
         flash_size = _flash_size(s2)
         start = dev.link.now()
         regions = []
-        for address, label, data in items:
+        for address, planned in items:
+            label, data = planned.label, planned.write
             _check_range(address, len(data), flash_size)
             if s2.has(CAP_HASH):
                 found, method = s2.sha256(address, len(data)), "sha256"
@@ -203,7 +225,11 @@ def verify_flash(
                 found = hashlib.sha256(s2.read(address, len(data), progress)).digest()
                 method = "read-back"
             want = hashlib.sha256(data).hexdigest()
-            regions.append(VerifyRegion(label, address, len(data), want, found.hex(), method))
+            regions.append(
+                VerifyRegion(
+                    label, address, len(data), want, found.hex(), method, planned.written_as
+                )
+            )
         return VerifyResult(dev.port_name, regions, dev.link.now() - start)
 
 
