@@ -42,7 +42,14 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
     "-p",
     "--port",
     envvar="KFLASHPY_PORT",
-    help="Serial port or pyserial URL (sim://, socket://...). [env: KFLASHPY_PORT]",
+    multiple=True,
+    help="Serial port or pyserial URL (sim://, socket://...); repeat it for several boards "
+    "at once. [env: KFLASHPY_PORT]",
+)
+@click.option(
+    "--ports",
+    type=click.Choice(["auto"]),
+    help="'auto': every detected K210 USB bridge, all boards at once.",
 )
 @click.option(
     "-b",
@@ -71,7 +78,9 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
     help="Colour output (NO_COLOR is respected in auto).",
 )
 @click.pass_context
-def cli(ctx: click.Context, port, baud, board, as_json, verbose, quiet, no_progress, color) -> None:
+def cli(
+    ctx: click.Context, port, ports, baud, board, as_json, verbose, quiet, no_progress, color
+) -> None:
     """kflashpy: burn, pack, check and validate firmware and kmodels for Kendryte K210 boards.
 
     Exit codes: 0 ok, 1 device/serial error, 2 bad input or usage,
@@ -80,7 +89,8 @@ def cli(ctx: click.Context, port, baud, board, as_json, verbose, quiet, no_progr
     if verbose and quiet:
         raise click.UsageError("-v/--verbose and -q/--quiet cannot be used together")
     s: Session = ctx.ensure_object(Session)
-    s.port, s.baud, s.board = port, baud, board
+    s.set_ports(port, ports, ctx.invoked_subcommand)
+    s.baud, s.board = baud, board
     s.json, s.verbose, s.quiet = as_json, verbose, quiet
     s.color, s.show_progress = color, not no_progress
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from ..errors import InputError, UsageError
-from ..isp import api
+from ..isp import api, parallel
 from ..isp.ports import candidates
 from ..units import fmt_addr, fmt_size
+from .parallel import run_parallel
 from .session import Session
 from .types import ADDRESS, pairs
 
@@ -128,12 +129,16 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
         s.warn(f.message)
     for r in plan.writes:
         s.info(f"{r.label}: {fmt_size(r.size)} at {fmt_addr(r.address)}")
+    connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
+    if s.several_boards:
+        run_parallel(s, "burn", parallel.burn_operation(plan, reboot=reboot), connection)
+        return
     progress = s.progress()
     result = api.burn_plan(
         plan,
         reboot=reboot,
         progress=progress,
-        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+        **connection,
     )
     warned = {f.message for f in plan.warnings}
     for note in result.notes if progress is None else ():  # else shown as they happened
@@ -162,6 +167,10 @@ def erase_cmd(s: Session, addr, size, whole, reboot, stub, reset_seq, rom_baud):
         raise UsageError("give either --addr and --size, or --all")
     if not whole and (addr is None or size is None):
         raise UsageError("--addr and --size go together")
+    if s.several_boards:
+        connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
+        run_parallel(s, "erase", parallel.erase_operation(addr, size, reboot=reboot), connection)
+        return
     res = api.erase(
         addr,
         size,

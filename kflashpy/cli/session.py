@@ -21,12 +21,18 @@ from ..progress import Progress, ProgressFn
 
 JSON_SCHEMA = {"major": 1, "minor": 0}
 
+#: commands that run on every board of -p PORT -p PORT... / --ports auto at once
+MULTI_BOARD_COMMANDS = frozenset({"burn", "verify", "erase", "read", "flash-id"})
+
 
 @dataclass
 class Session:
     """Global options and the outcome of the command being run."""
 
     port: str | None = None
+    #: every -p given (several: the board commands run on all of them at once)
+    ports: tuple[str, ...] = ()
+    auto_ports: bool = False  # --ports auto
     baud: int | None = None
     board: str | None = None
     json: bool = False
@@ -36,6 +42,22 @@ class Session:
     show_progress: bool = True
     result: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+
+    def set_ports(self, ports: tuple[str, ...], auto: str | None, command: str | None) -> None:
+        """Take -p (repeatable) and --ports; only the multi-board commands accept several."""
+        self.ports, self.auto_ports = ports, auto == "auto"
+        self.port = ports[0] if len(ports) == 1 else None
+        if self.several_boards and command not in MULTI_BOARD_COMMANDS:
+            raise click.UsageError(
+                f"{command} works on one board: give -p once "
+                f"(several boards: {', '.join(sorted(MULTI_BOARD_COMMANDS))})"
+            )
+        if self.auto_ports and ports:
+            raise click.UsageError("give either -p PORT... or --ports auto, not both")
+
+    @property
+    def several_boards(self) -> bool:
+        return self.auto_ports or len(self.ports) > 1
 
     # --- colour -------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError, LayoutError
 from ..image.kfpkg import read_kfpkg
@@ -27,7 +28,7 @@ from ..image.plan import FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 from ..progress import ProgressFn
 from ..target.boards import Board, Firmware
 from .burn import BurnResult, WriteRegion, burn_on, erase_on
-from .connect import connect, open_device
+from .connect import Device, connect, open_device
 from .connect import load_ram as load_ram_on
 from .link import TraceFn
 from .ramimage import RamImage, load_ram_image
@@ -176,6 +177,16 @@ class EraseResult:
     rebooted: str = ""
     notes: list[str] = field(default_factory=list)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "address": self.address,
+            "size": self.size,
+            "method": self.method,
+            "seconds": round(self.seconds, 4),
+            "rebooted": self.rebooted or None,
+        }
+
 
 def erase(
     address: int | None = None,
@@ -190,11 +201,23 @@ def erase(
         raise InputError("erase needs both --addr and --size, or --all")
     opts = ConnectOptions(**connect_options)
     with _connected(opts, progress) as dev:
-        start = dev.link.now()
-        method = erase_on(dev, address, size, progress=progress)
-        seconds = dev.link.now() - start
-        rebooted = dev.reboot() if reboot else ""
-        return EraseResult(dev.port_name, address, size, method, seconds, rebooted, dev.notes)
+        return erase_device(dev, address, size, reboot=reboot, progress=progress)
+
+
+def erase_device(
+    dev: Device,
+    address: int | None = None,
+    size: int | None = None,
+    *,
+    reboot: bool = False,
+    progress: ProgressFn | None = None,
+) -> EraseResult:
+    """:func:`erase` on an already connected device."""
+    start = dev.link.now()
+    method = erase_on(dev, address, size, progress=progress)
+    seconds = dev.link.now() - start
+    rebooted = dev.reboot() if reboot else ""
+    return EraseResult(dev.port_name, address, size, method, seconds, rebooted, dev.notes)
 
 
 @dataclass

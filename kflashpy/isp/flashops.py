@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, VerifyError
 from ..progress import ProgressFn
 from ..units import fmt_addr
-from .connect import connect
+from .connect import Device, connect
 from .stage2 import CAP_HASH, CAP_IDENTIFY, CAP_READ, Stage2
 
 #: JEDEC manufacturer bytes of the flash chips found on K210 boards
@@ -97,17 +97,28 @@ def read_flash(
 ) -> ReadResult:
     """Read ``size`` bytes at ``address``; the board's SHA-256 of the range checks them."""
     with _connect(connect_options, progress) as dev:
-        s2 = dev.require_stage2()
-        s2._require(CAP_READ, "read flash")
-        _check_range(address, size, _flash_size(s2))
-        start = dev.link.now()
-        data = s2.read(address, size, progress)
-        seconds = dev.link.now() - start
-        port = dev.port_name
+        return read_on(dev, address, size, output=output, progress=progress)
+
+
+def read_on(
+    dev: Device,
+    address: int,
+    size: int,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+) -> ReadResult:
+    """:func:`read_flash` on an already connected device."""
+    s2 = dev.require_stage2()
+    s2._require(CAP_READ, "read flash")
+    _check_range(address, size, _flash_size(s2))
+    start = dev.link.now()
+    data = s2.read(address, size, progress)
+    seconds = dev.link.now() - start
     if output is not None:
         atomic_write(output, data)
     return ReadResult(
-        port,
+        dev.port_name,
         address,
         size,
         hashlib.sha256(data).hexdigest(),
@@ -166,6 +177,15 @@ class VerifyResult:
         }
 
 
+def mismatch_error(result: VerifyResult) -> VerifyError:
+    """The error that names the regions a verify found different."""
+    return VerifyError(
+        "flash differs from "
+        + ", ".join(f"{r.label} at {fmt_addr(r.address)}" for r in result.mismatches),
+        "burn those files again (kflashpy burn ADDR FILE ...)",
+    )
+
+
 def _source(address: int, source: str | os.PathLike[str] | bytes) -> tuple[str, bytes]:
     if isinstance(source, bytes):
         return f"<{len(source)} bytes>", source
@@ -189,26 +209,44 @@ def verify_flash(
 
     Mismatches are reported in the result (``.ok``, ``.mismatches``), not raised.
     """
+    items = verify_items(files)
+    with _connect(connect_options, progress) as dev:
+        return verify_on(dev, items, progress=progress)
+
+
+def verify_items(
+    files: Sequence[tuple[int, str | os.PathLike[str] | bytes]],
+) -> list[tuple[int, str, bytes]]:
+    """(address, label, bytes) of each file to verify, read before any port is opened."""
     items = [(address, *_source(address, src)) for address, src in files]
     if not items:
         raise InputError("nothing to verify", "give ADDR FILE pairs")
-    with _connect(connect_options, progress) as dev:
-        s2 = dev.require_stage2()
-        if not s2.has(CAP_HASH):
-            s2._require(CAP_READ, "verify flash")
-        flash_size = _flash_size(s2)
-        start = dev.link.now()
-        regions = []
-        for address, label, data in items:
-            _check_range(address, len(data), flash_size)
-            if s2.has(CAP_HASH):
-                found, method = s2.sha256(address, len(data)), "sha256"
-            else:
-                found = hashlib.sha256(s2.read(address, len(data), progress)).digest()
-                method = "read-back"
-            want = hashlib.sha256(data).hexdigest()
-            regions.append(VerifyRegion(label, address, len(data), want, found.hex(), method))
-        return VerifyResult(dev.port_name, regions, dev.link.now() - start)
+    return items
+
+
+def verify_on(
+    dev: Device,
+    items: Sequence[tuple[int, str, bytes]],
+    *,
+    progress: ProgressFn | None = None,
+) -> VerifyResult:
+    """:func:`verify_flash` on an already connected device (``items`` from :func:`verify_items`)."""
+    s2 = dev.require_stage2()
+    if not s2.has(CAP_HASH):
+        s2._require(CAP_READ, "verify flash")
+    flash_size = _flash_size(s2)
+    start = dev.link.now()
+    regions = []
+    for address, label, data in items:
+        _check_range(address, len(data), flash_size)
+        if s2.has(CAP_HASH):
+            found, method = s2.sha256(address, len(data)), "sha256"
+        else:
+            found = hashlib.sha256(s2.read(address, len(data), progress)).digest()
+            method = "read-back"
+        want = hashlib.sha256(data).hexdigest()
+        regions.append(VerifyRegion(label, address, len(data), want, found.hex(), method))
+    return VerifyResult(dev.port_name, regions, dev.link.now() - start)
 
 
 @dataclass
@@ -236,24 +274,29 @@ class FlashIdResult:
 def flash_id(*, progress: ProgressFn | None = None, **connect_options: Any) -> FlashIdResult:
     """JEDEC id, size and unique id of the flash chip, and what the flasher reports."""
     with _connect(connect_options, progress) as dev:
-        s2 = dev.require_stage2()
-        info = s2.identify()
-        details: dict[str, Any] = {}
-        extra = getattr(s2, "info", None)
-        if extra is not None:
-            details = {
-                "cpu_hz": extra.cpu_hz,
-                "uart_clock_hz": extra.apb0_hz,
-                "spi_clock_hz": extra.sclk_hz,
-                "baud": extra.baud,
-                "protocol": extra.protocol,
-            }
-        return FlashIdResult(
-            dev.port_name,
-            s2.name,
-            info.jedec_id,
-            MANUFACTURERS.get(info.jedec_id >> 16, "unknown"),
-            info.size,
-            info.unique_id.hex(),
-            details,
-        )
+        return flash_id_on(dev)
+
+
+def flash_id_on(dev: Device) -> FlashIdResult:
+    """:func:`flash_id` on an already connected device."""
+    s2 = dev.require_stage2()
+    info = s2.identify()
+    details: dict[str, Any] = {}
+    extra = getattr(s2, "info", None)
+    if extra is not None:
+        details = {
+            "cpu_hz": extra.cpu_hz,
+            "uart_clock_hz": extra.apb0_hz,
+            "spi_clock_hz": extra.sclk_hz,
+            "baud": extra.baud,
+            "protocol": extra.protocol,
+        }
+    return FlashIdResult(
+        dev.port_name,
+        s2.name,
+        info.jedec_id,
+        MANUFACTURERS.get(info.jedec_id >> 16, "unknown"),
+        info.size,
+        info.unique_id.hex(),
+        details,
+    )
