@@ -44,7 +44,14 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
     "-p",
     "--port",
     envvar="KFLASHPY_PORT",
-    help="Serial port or pyserial URL (sim://, socket://...). [env: KFLASHPY_PORT]",
+    multiple=True,
+    help="Serial port or pyserial URL (sim://, socket://...); repeat it for several boards "
+    "at once. [env: KFLASHPY_PORT]",
+)
+@click.option(
+    "--ports",
+    type=click.Choice(["auto"]),
+    help="'auto': every detected K210 USB bridge, all boards at once.",
 )
 @click.option(
     "-b",

@@ -11,11 +11,12 @@ import click
 
 from ..errors import InputError, UsageError
 from ..image.content import detect_content
-from ..isp import api
+from ..isp import api, parallel
 from ..isp.frames import STATUS_TEXT
 from ..isp.ports import candidates
 from ..target import k210
 from ..units import fmt_addr, fmt_size
+from .parallel import run_parallel
 from .session import Session
 from .types import ADDRESS, pairs
 
@@ -119,7 +120,7 @@ def _trace(s: Session):
 def _connection(s: Session, reset_seq, rom_baud, **extra) -> api.ConnectOptions:
     """How to reach the board, from the global options."""
     return api.ConnectOptions(
-        port=s.port,
+        port=None if s.several_boards else s.port,  # several: each worker sets its own
         board=s.board,
         reset_sequence=reset_seq,
         rom_baud=rom_baud,
@@ -224,13 +225,18 @@ def burn_cmd(
         s.warn(f.message)
     for r in plan.writes:
         s.info(f"{r.label}: {fmt_size(r.size)} at {fmt_addr(r.address)}")
+    connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
+    if s.several_boards:
+        op = parallel.burn_operation(plan, reboot=_reboot(after, reboot), erase_all=erase_all)
+        run_parallel(s, "burn", op, connection)
+        return
     progress = s.progress()
     result = api.burn_plan(
         plan,
         reboot=_reboot(after, reboot),
         erase_all=erase_all,
         progress=progress,
-        connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
+        connection=connection,
     )
     warned = {f.message for f in plan.warnings}
     for note in result.notes if progress is None else ():  # else shown as they happened
@@ -260,6 +266,10 @@ def erase_cmd(s: Session, addr, size, whole, reboot, after, stub, reset_seq, rom
         raise UsageError("give either --addr and --size, or --all")
     if not whole and (addr is None or size is None):
         raise UsageError("--addr and --size go together")
+    if s.several_boards:
+        connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
+        run_parallel(s, "erase", parallel.erase_operation(addr, size, reboot=reboot), connection)
+        return
     res = api.erase(
         addr,
         size,

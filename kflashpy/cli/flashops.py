@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ..errors import VerifyError
 from ..image.plan import AS_IS
-from ..isp import flashops
+from ..isp import flashops, parallel
 from ..units import fmt_addr, fmt_size
 from .burn import _connection, connection_options
+from .parallel import run_parallel
 from .session import Session
 from .types import ADDRESS, SIZE_OR_ALL, pairs
 
@@ -41,7 +41,15 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
     \b
     kflashpy read --addr 0x300000 --size 1.5M -o model_backup.bin
     kflashpy read --addr 0 --size all -o whole_flash.bin
+    kflashpy -p /dev/ttyUSB0 -p /dev/ttyUSB1 read --addr 0 --size 4K -o 'boot-{uid}.bin'
+
+    With several boards, {n} (board number), {uid} (flash unique id) and {port} in the
+    output name are filled in; without them, -1, -2... goes before the suffix.
     """
+    if s.several_boards:
+        op = parallel.read_operation(addr, size, output)
+        run_parallel(s, "read", op, _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub))
+        return
     res = flashops.read_flash(
         addr,
         size,
@@ -78,6 +86,10 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
 
         verify_via_repl(s, pairs(args))
         return
+    if s.several_boards:
+        op = parallel.verify_operation(pairs(args))
+        run_parallel(s, "verify", op, _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub))
+        return
     res = flashops.verify_flash(
         pairs(args),
         progress=s.progress(),
@@ -93,11 +105,7 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
             s.info(f"{r.label}: compared with {r.compared}")
     s.result = res.to_dict()
     if not res.ok:
-        bad = res.mismatches
-        raise VerifyError(
-            "flash differs from " + ", ".join(f"{r.label} at {fmt_addr(r.address)}" for r in bad),
-            "burn those files again (kflashpy burn ADDR FILE ...)",
-        )
+        raise flashops.mismatch_error(res)
 
 
 @click.command("flash-id")
@@ -106,6 +114,11 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
 @click.pass_obj
 def flash_id_cmd(s: Session, stub, reset_seq, rom_baud):
     """Show the flash chip's JEDEC id, size and unique id."""
+    if s.several_boards:
+        op = parallel.flash_id_operation()
+        connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
+        run_parallel(s, "flash-id", op, connection)
+        return
     res = flashops.flash_id(
         progress=s.progress(),
         connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),

@@ -27,7 +27,11 @@ NOTE = "Global options (-p, -b, -B, --json, -v, -q, --no-progress, --color) work
 
 def apply_global(s: Session, name: str, value: Any, *, added: bool = False) -> None:
     """Set one global option on the session (``added``: a second -v adds to the first)."""
-    if name == "no_progress":
+    if name == "port":  # repeatable: a -p after the command adds a board
+        s.ports = (*s.ports, *value) if added else tuple(value)
+    elif name == "ports":
+        s.auto_ports = s.auto_ports or value == "auto"
+    elif name == "no_progress":
         s.show_progress = not value
     elif name == "as_json":
         s.json = s.json or bool(value)

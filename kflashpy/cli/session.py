@@ -21,12 +21,17 @@ from ..progress import Progress, ProgressFn
 
 JSON_SCHEMA = {"major": 1, "minor": 0}
 
+#: commands that run on every board of -p PORT -p PORT... / --ports auto at once
+MULTI_BOARD_COMMANDS = frozenset({"burn", "verify", "erase", "read", "flash-id"})
+
 
 @dataclass
 class Session:
     """Global options and the outcome of the command being run."""
 
-    port: str | None = None
+    #: every -p given (several: the board commands run on all of them at once)
+    ports: tuple[str, ...] = ()
+    auto_ports: bool = False  # --ports auto
     baud: int | None = None
     board: str | None = None
     json: bool = False
@@ -38,6 +43,20 @@ class Session:
     warnings: list[str] = field(default_factory=list)
     #: the command already showed its error (e.g. check-layout's findings): main adds no copy
     error_shown: bool = False
+
+    @property
+    def port(self) -> str | None:
+        """The one board's port (None: auto-detect); refused when several boards were named."""
+        if self.several_boards:
+            raise click.UsageError(
+                "this command works on one board: give -p once "
+                f"(several boards: {', '.join(sorted(MULTI_BOARD_COMMANDS))})"
+            )
+        return self.ports[0] if self.ports else None
+
+    @property
+    def several_boards(self) -> bool:
+        return self.auto_ports or len(self.ports) > 1
 
     # --- colour -------------------------------------------------------------------
 

@@ -250,7 +250,9 @@ def register(group: click.Group) -> None:
         cfg = _board_config(session, url, _options(flash_file, flash_size, chip, timing), faults)
         wiring = wiring_for(cfg.board, cfg.wiring)
         plan = FaultPlan.from_query(cfg.faults)
-        with NorFlash(cfg.flash_size, cfg.chip, cfg.timing, cfg.flash) as flash:
+        with NorFlash(
+            cfg.flash_size, cfg.chip, cfg.timing, cfg.flash, cfg.unique_id(), cfg.jedec
+        ) as flash:
             fi = flash.info()
         session.result = {
             "board": cfg.board,

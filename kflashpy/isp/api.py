@@ -34,7 +34,7 @@ from ..target import k210
 from ..target.boards import Board, Firmware, get_board
 from ..units import fmt_addr
 from .burn import BurnResult, WriteRegion, burn_on, erase_on
-from .connect import Connection, ConnectOptions
+from .connect import Connection, ConnectOptions, Device
 from .connect import load_ram as load_ram_on
 from .ramimage import RamImage, load_ram_image
 
@@ -131,10 +131,22 @@ def burn_plan(
     plan survives, and no sector is skipped as unchanged.
     """
     with ConnectOptions.of(connection).connect(progress) as dev:
-        erased = erase_on(dev, progress=progress) if erase_all else ""
-        result = burn_on(
-            dev, regions_of(plan), reboot=reboot, skip_unchanged=not erase_all, progress=progress
-        )
+        return burn_plan_on(dev, plan, reboot=reboot, erase_all=erase_all, progress=progress)
+
+
+def burn_plan_on(
+    dev: Device,
+    plan: FlashPlan,
+    *,
+    reboot: bool = True,
+    erase_all: bool = False,
+    progress: ProgressFn | None = None,
+) -> BurnResult:
+    """:func:`burn_plan` on an already connected device."""
+    erased = erase_on(dev, progress=progress) if erase_all else ""
+    result = burn_on(
+        dev, regions_of(plan), reboot=reboot, skip_unchanged=not erase_all, progress=progress
+    )
     if erased:
         result.notes.insert(0, f"erased the whole chip first ({erased})")
     result.notes += [f.message for f in plan.warnings]
@@ -186,11 +198,23 @@ def erase(
                 f"keep --addr + --size <= 0x{flash_size:X}, or use erase --all",
             )
     with opts.connect(progress) as dev:
-        start = dev.link.now()
-        method = erase_on(dev, address, size, progress=progress)
-        seconds = dev.link.now() - start
-        rebooted = dev.reboot() if reboot else ""
-        return EraseResult(dev.port_name, address, size, method, seconds, rebooted, dev.notes)
+        return erase_device(dev, address, size, reboot=reboot, progress=progress)
+
+
+def erase_device(
+    dev: Device,
+    address: int | None = None,
+    size: int | None = None,
+    *,
+    reboot: bool = False,
+    progress: ProgressFn | None = None,
+) -> EraseResult:
+    """:func:`erase` on an already connected device."""
+    start = dev.link.now()
+    method = erase_on(dev, address, size, progress=progress)
+    seconds = dev.link.now() - start
+    rebooted = dev.reboot() if reboot else ""
+    return EraseResult(dev.port_name, address, size, method, seconds, rebooted, dev.notes)
 
 
 @dataclass

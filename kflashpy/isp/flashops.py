@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..image.plan import AS_IS, as_burned
+from ..errors import InputError, VerifyError
+from ..image.plan import AS_IS, PlannedRegion, as_burned
 from ..progress import ProgressFn
 from ..units import fmt_addr
-from .connect import Connection, ConnectOptions
+from .connect import Connection, ConnectOptions, Device
 from .stage2 import CAP_HASH, CAP_IDENTIFY, CAP_READ, Stage2
 
 #: JEDEC manufacturer bytes of the flash chips found on K210 boards
@@ -97,25 +97,36 @@ def read_flash(
     ``size=None`` reads to the end of the flash (its size as the chip reports it).
     """
     with ConnectOptions.of(connection).connect(progress) as dev:
-        s2 = dev.require_stage2()
-        s2._require(CAP_READ, "read flash")
-        flash_size = _flash_size(s2)
-        if size is None:
-            if not flash_size:
-                raise InputError(
-                    "this flasher cannot tell the flash size, so 'all' has no end",
-                    "give --size in bytes (see kflashpy flash-id)",
-                )
-            size = flash_size - address
-        _check_range(address, size, flash_size)
-        start = dev.link.now()
-        data = s2.read(address, size, progress)
-        seconds = dev.link.now() - start
-        port = dev.port_name
+        return read_on(dev, address, size, output=output, progress=progress)
+
+
+def read_on(
+    dev: Device,
+    address: int,
+    size: int | None,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+) -> ReadResult:
+    """:func:`read_flash` on an already connected device."""
+    s2 = dev.require_stage2()
+    s2._require(CAP_READ, "read flash")
+    flash_size = _flash_size(s2)
+    if size is None:
+        if not flash_size:
+            raise InputError(
+                "this flasher cannot tell the flash size, so 'all' has no end",
+                "give --size in bytes (see kflashpy flash-id)",
+            )
+        size = flash_size - address
+    _check_range(address, size, flash_size)
+    start = dev.link.now()
+    data = s2.read(address, size, progress)
+    seconds = dev.link.now() - start
     if output is not None:
         atomic_write(output, data)
     return ReadResult(
-        port,
+        dev.port_name,
         address,
         size,
         hashlib.sha256(data).hexdigest(),
@@ -177,6 +188,15 @@ class VerifyResult:
         }
 
 
+def mismatch_error(result: VerifyResult) -> VerifyError:
+    """The error that names the regions a verify found different."""
+    return VerifyError(
+        "flash differs from "
+        + ", ".join(f"{r.label} at {fmt_addr(r.address)}" for r in result.mismatches),
+        "burn those files again (kflashpy burn ADDR FILE ...)",
+    )
+
+
 def _source(address: int, source: str | os.PathLike[str] | bytes) -> tuple[str, bytes]:
     if isinstance(source, bytes):
         return f"<{len(source)} bytes>", source
@@ -203,34 +223,50 @@ def verify_flash(
     so a burn followed by a verify agrees. Mismatches are reported in the result
     (``.ok``, ``.mismatches``), not raised.
     """
+    items = verify_items(files)
+    with ConnectOptions.of(connection).connect(progress) as dev:
+        return verify_on(dev, items, progress=progress)
+
+
+def verify_items(
+    files: Sequence[tuple[int, str | os.PathLike[str] | bytes]],
+) -> list[tuple[int, PlannedRegion]]:
+    """(address, what burn writes there) of each file to verify, read before any port opens."""
     items = []
     for address, src in files:
         label, data = _source(address, src)
         items.append((address, as_burned(address, data, label)))
     if not items:
         raise InputError("nothing to verify", "give ADDR FILE pairs")
-    with ConnectOptions.of(connection).connect(progress) as dev:
-        s2 = dev.require_stage2()
-        if not s2.has(CAP_HASH):
-            s2._require(CAP_READ, "verify flash")
-        flash_size = _flash_size(s2)
-        start = dev.link.now()
-        regions = []
-        for address, planned in items:
-            label, data = planned.label, planned.write
-            _check_range(address, len(data), flash_size)
-            if s2.has(CAP_HASH):
-                found, method = s2.sha256(address, len(data)), "sha256"
-            else:
-                found = hashlib.sha256(s2.read(address, len(data), progress)).digest()
-                method = "read-back"
-            want = hashlib.sha256(data).hexdigest()
-            regions.append(
-                VerifyRegion(
-                    label, address, len(data), want, found.hex(), method, planned.written_as
-                )
-            )
-        return VerifyResult(dev.port_name, regions, dev.link.now() - start)
+    return items
+
+
+def verify_on(
+    dev: Device,
+    items: Sequence[tuple[int, PlannedRegion]],
+    *,
+    progress: ProgressFn | None = None,
+) -> VerifyResult:
+    """:func:`verify_flash` on an already connected device (``items`` from :func:`verify_items`)."""
+    s2 = dev.require_stage2()
+    if not s2.has(CAP_HASH):
+        s2._require(CAP_READ, "verify flash")
+    flash_size = _flash_size(s2)
+    start = dev.link.now()
+    regions = []
+    for address, planned in items:
+        label, data = planned.label, planned.write
+        _check_range(address, len(data), flash_size)
+        if s2.has(CAP_HASH):
+            found, method = s2.sha256(address, len(data)), "sha256"
+        else:
+            found = hashlib.sha256(s2.read(address, len(data), progress)).digest()
+            method = "read-back"
+        want = hashlib.sha256(data).hexdigest()
+        regions.append(
+            VerifyRegion(label, address, len(data), want, found.hex(), method, planned.written_as)
+        )
+    return VerifyResult(dev.port_name, regions, dev.link.now() - start)
 
 
 @dataclass
@@ -258,24 +294,29 @@ class FlashIdResult:
 def flash_id(*, connection: Connection = None, progress: ProgressFn | None = None) -> FlashIdResult:
     """JEDEC id, size and unique id of the flash chip, and what the flasher reports."""
     with ConnectOptions.of(connection).connect(progress) as dev:
-        s2 = dev.require_stage2()
-        info = s2.identify()
-        details: dict[str, Any] = {}
-        extra = getattr(s2, "info", None)
-        if extra is not None:
-            details = {
-                "cpu_hz": extra.cpu_hz,
-                "uart_clock_hz": extra.apb0_hz,
-                "spi_clock_hz": extra.sclk_hz,
-                "baud": extra.baud,
-                "protocol": extra.protocol,
-            }
-        return FlashIdResult(
-            dev.port_name,
-            s2.name,
-            info.jedec_id,
-            MANUFACTURERS.get(info.jedec_id >> 16, "unknown"),
-            info.size,
-            info.unique_id.hex(),
-            details,
-        )
+        return flash_id_on(dev)
+
+
+def flash_id_on(dev: Device) -> FlashIdResult:
+    """:func:`flash_id` on an already connected device."""
+    s2 = dev.require_stage2()
+    info = s2.identify()
+    details: dict[str, Any] = {}
+    extra = getattr(s2, "info", None)
+    if extra is not None:
+        details = {
+            "cpu_hz": extra.cpu_hz,
+            "uart_clock_hz": extra.apb0_hz,
+            "spi_clock_hz": extra.sclk_hz,
+            "baud": extra.baud,
+            "protocol": extra.protocol,
+        }
+    return FlashIdResult(
+        dev.port_name,
+        s2.name,
+        info.jedec_id,
+        MANUFACTURERS.get(info.jedec_id >> 16, "unknown"),
+        info.size,
+        info.unique_id.hex(),
+        details,
+    )

@@ -41,7 +41,12 @@ class VirtualBoard:
         self.wiring = wiring_for(cfg.board, cfg.wiring)
         self.faults = FaultInjector(FaultPlan.from_query(cfg.faults))
         self.flash = NorFlash(
-            size=cfg.flash_size, chip=cfg.chip, timing=cfg.timing, backing=cfg.flash
+            size=cfg.flash_size,
+            chip=cfg.chip,
+            timing=cfg.timing,
+            backing=cfg.flash,
+            unique_id=cfg.unique_id(),
+            jedec_id=cfg.jedec,
         )
         self.sram = Sram()
         self.rom = MaskRom(self)

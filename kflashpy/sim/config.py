@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
@@ -23,6 +25,10 @@ class BoardConfig:
     flash: str | None = None  # backing file of the NOR flash (None: in memory, erased)
     flash_size: int = 16 * 1024 * 1024
     chip: str = "w25q128"
+    #: the flash's 64-bit unique id (answer to 0x4B); None: derived, see :meth:`unique_id`
+    uid: bytes | None = None
+    #: the JEDEC id (answer to 0x9F); None: the chip's manufacturer/type and the size
+    jedec: bytes | None = None
     timing: str = "typical"
     personality: str | None = None  # None: "maixpy" if available, else "silent"
     otp_key: bytes | None = None  # AES-128 key "fused" into the virtual OTP
@@ -57,6 +63,10 @@ class BoardConfig:
                 self.flash_size = parse_int(value, "flash_size")
             elif key == "chip":
                 self.chip = value
+            elif key == "uid":
+                self.uid = _parse_hex(value, 8, "uid", "a 64-bit flash unique id")
+            elif key == "jedec":
+                self.jedec = _parse_hex(value, 3, "jedec", "a JEDEC id, e.g. EF4018")
             elif key == "timing":
                 self.timing = value
             elif key == "personality":
@@ -72,7 +82,7 @@ class BoardConfig:
             else:
                 raise InputError(
                     f"unknown sim:// option {key!r}",
-                    hint="options: board, wiring, flash, flash_size, chip, timing, "
+                    hint="options: board, wiring, flash, flash_size, chip, uid, jedec, timing, "
                     "personality, otp_key, " + ", ".join(FAULT_KEYS),
                 )
         except ValueError as exc:
@@ -80,12 +90,32 @@ class BoardConfig:
                 f"bad value for sim:// option {key}: {value!r}", hint=str(exc)
             ) from exc
 
+    def unique_id(self) -> bytes | None:
+        """The board's flash unique id: ``uid``, else one derived from the flash file.
+
+        Boards backed by different files answer different ids (the file's absolute path
+        is hashed, so a board keeps its id across runs while its contents change); an
+        in-memory board without ``uid`` keeps the chip model's default (None here).
+        """
+        if self.uid is not None:
+            return self.uid
+        if self.flash is None:
+            return None
+        path = os.path.abspath(self.flash)
+        return hashlib.sha256(f"flash-file:{path}".encode()).digest()[:8]
+
+
+def _parse_hex(text: str, size: int, name: str, what: str) -> bytes:
+    try:
+        value = bytes.fromhex(text)
+    except ValueError:
+        value = b""
+    if len(value) != size:
+        raise InputError(
+            f"sim:// option {name} must be {2 * size} hex digits ({what})", hint=f"got {text!r}"
+        )
+    return value
+
 
 def _parse_key(text: str) -> bytes:
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
-        key = b""
-    if len(key) != 16:
-        raise InputError("otp_key must be 32 hex digits (an AES-128 key)", hint=f"got {text!r}")
-    return key
+    return _parse_hex(text, 16, "otp_key", "an AES-128 key")

@@ -264,6 +264,7 @@ class NorFlash:
         timing: str | FlashTiming = "typical",
         backing: str | os.PathLike[str] | None = None,
         unique_id: bytes | None = None,
+        jedec_id: bytes | None = None,
     ) -> None:
         self.size = _check_size(size)
         if isinstance(chip, str):
@@ -275,7 +276,13 @@ class NorFlash:
         self.chip = chip
         self.timing = FlashTiming.profile(timing) if isinstance(timing, str) else timing
         self.capacity_code = self.size.bit_length() - 1
-        self.jedec_id = bytes((chip.manufacturer, chip.memory_type, self.capacity_code))
+        self.jedec_id = jedec_id or bytes((chip.manufacturer, chip.memory_type, self.capacity_code))
+        if self.jedec_id[2] != self.capacity_code:
+            raise InputError(
+                f"JEDEC id {self.jedec_id.hex().upper()} says 2^{self.jedec_id[2]} bytes, "
+                f"but the flash has {self.size} bytes",
+                hint=f"end the JEDEC id with {self.capacity_code:02X}, or change flash_size",
+            )
         self.unique_id = unique_id or sha256(f"{chip.name}:{size}".encode()).digest()[:8]
         self.backing = Path(backing) if backing is not None else None
         self.data: bytearray | mmap.mmap
@@ -479,7 +486,7 @@ class NorFlash:
         if op == 0x9F:
             return self.jedec_id
         if op == 0x90:
-            pair = bytes((self.chip.manufacturer, self.capacity_code - 1))
+            pair = bytes((self.jedec_id[0], self.capacity_code - 1))
             return pair[::-1] if self._addr & 1 else pair
         if op == 0xAB:
             return bytes((self.capacity_code - 1,))
