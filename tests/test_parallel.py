@@ -11,6 +11,7 @@ import pytest
 from kflashpy.cli import main
 from kflashpy.errors import EXIT_DEVICE, EXIT_INTERRUPTED, EXIT_MISMATCH, InputError, PortError
 from kflashpy.isp import api, parallel
+from kflashpy.isp.connect import ConnectOptions
 from kflashpy.isp.parallel import BoardRow, claim_port, output_name, run_board, run_on_boards
 from kflashpy.isp.ports import Candidate
 
@@ -41,7 +42,7 @@ def test_four_boards_in_parallel_one_fails_cleanly(tmp_path) -> None:
 
     res = run_on_boards(
         ports, parallel.burn_operation(plan), name="burn", on_update=update,
-        board="maix-bit", baud=BAUD,
+        connection=ConnectOptions(board="maix-bit", baud=BAUD),
     )  # fmt: skip
     assert [b.status for b in res.boards] == ["ok", "ok", "ok", "failed"]
     assert res.exit_code == EXIT_DEVICE and res.passed == 3
@@ -53,7 +54,7 @@ def test_four_boards_in_parallel_one_fails_cleanly(tmp_path) -> None:
         assert row.result.regions[0].verified == "sha256"
     bad = res.boards[3]
     assert bad.error["kind"] == "port" and "disconnected" in bad.error["message"]
-    assert "acknowledged before the failure" in bad.error["hint"]
+    assert "B acknowledged; may now be erased" in bad.error["hint"]  # the damage report
     doc = res.to_dict()
     assert [b["status"] for b in doc["boards"]] == ["ok", "ok", "ok", "failed"]
     assert doc["failed"] == 1 and doc["exit_code"] == EXIT_DEVICE
@@ -128,7 +129,7 @@ def test_stop_event_interrupts_every_board_cleanly(tmp_path) -> None:
 
     ports = [_url(tmp_path, n) for n in (1, 2)]
     res = run_on_boards(ports, parallel.burn_operation(plan), on_update=update, stop=stop,
-                        board="maix-bit", baud=BAUD)  # fmt: skip
+                        connection=ConnectOptions(board="maix-bit", baud=BAUD))  # fmt: skip
     assert res.interrupted and res.exit_code == EXIT_INTERRUPTED
     # the board that saw the stop is cut at a frame boundary; the other stops or finishes
     assert {b.status for b in res.boards} <= {"interrupted", "ok"}

@@ -26,7 +26,7 @@ NOTE = "Global options (-p, -b, -B, --json, -v, -q, --no-progress, --color) work
 
 
 def apply_global(s: Session, name: str, value: Any, *, added: bool = False) -> None:
-    """Set one global option on the session (``added``: a second -v adds to the first)."""
+    """Set one global option on the session (``added``: a second -v or -p adds to the first)."""
     if name == "port":  # repeatable: a -p after the command adds a board
         s.ports = (*s.ports, *value) if added else tuple(value)
     elif name == "ports":
@@ -45,7 +45,9 @@ def apply_global(s: Session, name: str, value: Any, *, added: bool = False) -> N
 
 def _late(ctx: click.Context, param: click.Parameter, value: Any) -> None:
     if ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
-        apply_global(ctx.ensure_object(Session), param.name, value, added=True)
+        # typed before the command too: -v -v and -p -p add up; else it overrides the env
+        typed = ctx.find_root().get_parameter_source(param.name) is ParameterSource.COMMANDLINE
+        apply_global(ctx.ensure_object(Session), param.name, value, added=typed)
 
 
 def _copy(option: click.Option) -> click.Option:

@@ -12,7 +12,9 @@ depend on one another, but the host time they cost adds up (see
     from kflashpy.isp import api, parallel
     plan = api.plan_burn([(0x300000, "model.kmodel")], board="maix-bit")
     result = parallel.run_on_boards(
-        ["/dev/ttyUSB0", "/dev/ttyUSB1"], parallel.burn_operation(plan), board="maix-bit"
+        ["/dev/ttyUSB0", "/dev/ttyUSB1"],
+        parallel.burn_operation(plan),
+        connection=api.ConnectOptions(board="maix-bit"),
     )
     for row in result.boards:
         print(row.port, row.unique_id, row.status, row.error)
