@@ -323,7 +323,7 @@ def plan_footprint(plan: FlashPlan) -> int:
 
 def as_burned(address: int, data: bytes, name: str) -> PlannedRegion:
     """What ``burn ADDR FILE`` writes for ``data`` at ``address``: the rule verify applies too."""
-    return _region(FlashItem(address, data, name), BOOT_ADDRESS)
+    return _region(FlashItem(address, data, name), BOOT_ADDRESS, {})
 
 
 def _boots(r: PlannedRegion, boot_address: int) -> bool:
