@@ -108,7 +108,7 @@ def test_two_workers_never_open_one_port(tmp_path, monkeypatch) -> None:
     link = tmp_path / "board-link"
     link.symlink_to(dev)
     opened = []
-    monkeypatch.setattr(parallel, "connect", lambda port, **kw: opened.append(port))
+    monkeypatch.setattr(ConnectOptions, "connect", lambda self, *a: opened.append(self.port))
     with claim_port(str(dev)):  # a worker holds the device: its alias is refused
         row = run_board(BoardRow(0, str(link)), parallel.flash_id_operation())
     assert row.status == "failed" and "already being driven" in row.error["message"]
