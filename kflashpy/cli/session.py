@@ -48,8 +48,10 @@ class Session:
     def port(self) -> str | None:
         """The one board's port (None: auto-detect); refused when several boards were named."""
         if self.several_boards:
+            ctx = click.get_current_context(silent=True)
+            command = ctx.command_path.removeprefix("kflashpy ") if ctx else "this command"
             raise click.UsageError(
-                "this command works on one board: give -p once "
+                f"{command} works on one board: give -p once "
                 f"(several boards: {', '.join(sorted(MULTI_BOARD_COMMANDS))})"
             )
         return self.ports[0] if self.ports else None
