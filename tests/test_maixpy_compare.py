@@ -11,6 +11,7 @@ from test_maixpy_repl import connect, make_flash, sim_url
 
 from kflashpy.cli import main
 from kflashpy.errors import InputError, UsageError, VerifyError
+from kflashpy.maixpy import fs
 from kflashpy.maixpy.compare import LoadSpec, compare, diff_output, prepare_input, rgb_to_rgb565
 from kflashpy.maixpy.errors import KpuError
 from kflashpy.model import swap_words
@@ -78,8 +79,8 @@ def test_v4_rgb565_model_with_two_outputs(flash):
 
 
 def test_model_from_a_file_on_the_board(flash):
-    repl = connect(sim_url(flash))
-    repl.put_file("/sd/iris.kmodel", IRIS3.read_bytes())
+    repl = connect(sim_url(flash, maixpy_sd="8M"))
+    fs.write_file(repl, "/sd/iris.kmodel", IRIS3.read_bytes())
     rep = compare(repl, IRIS3.read_bytes(), LoadSpec(path="/sd/iris.kmodel"), IRIS_IN)
     assert rep.passed and rep.load == "kpu.load('/sd/iris.kmodel')"
 

@@ -14,6 +14,7 @@ from kflashpy.errors import NoResponseError, PortError, UsageError
 from kflashpy.image.bootimage import wrap_boot_image
 from kflashpy.isp.ports import open_port
 from kflashpy.maixpy import board as onboard
+from kflashpy.maixpy import fs
 from kflashpy.maixpy.errors import KpuError, ReplError, board_exception
 from kflashpy.maixpy.repl import (
     CONTROL_BYTES,
@@ -160,9 +161,9 @@ def test_unthrottled_burst_overflows_a_slow_board_and_chunking_fixes_it(flash):
 @given(data=st.binary(max_size=3000))
 def test_files_round_trip_with_hash_check(flash, data):
     repl = connect(sim_url(flash))
-    repl.put_file("/flash/blob.bin", data)
-    assert repl.get_file("/flash/blob.bin") == data
-    assert repl.sha256_file("/flash/blob.bin") == hashlib.sha256(data).digest()
+    fs.write_file(repl, "/flash/blob.bin", data)
+    assert fs.read_file(repl, "/flash/blob.bin") == data
+    assert fs.sha256(repl, "/flash/blob.bin") == hashlib.sha256(data).digest()
 
 
 def test_flash_read_hash_and_info(flash):
@@ -271,13 +272,13 @@ def test_corrupted_transfers_never_pass_silently(flash, direction):
 
     data = bytes(range(256)) * 8
     good = connect(sim_url(flash))
-    good.put_file("/flash/ref.bin", data)
+    fs.write_file(good, "/flash/ref.bin", data)
     repl = connect(sim_url(flash, corrupt="2e-3", dir=direction, seed="5"), timeout=1.0)
     failures = 0
     for _ in range(3):
         try:
-            assert repl.get_file("/flash/ref.bin") == data
-            repl.put_file("/flash/copy.bin", data)
+            assert fs.read_file(repl, "/flash/ref.bin") == data
+            fs.write_file(repl, "/flash/copy.bin", data)
         except KflashError:
             failures += 1
             repl.in_raw = False  # re-synchronise on the next call

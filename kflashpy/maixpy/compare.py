@@ -25,6 +25,7 @@ from ..progress import Progress, ProgressFn, report
 from ..runtime.inputs import parse_floats
 from ..units import fmt_addr
 from . import board as onboard
+from . import fs
 from .repl import MaixPyRepl, chunks, py_bytes, py_str
 
 #: raw input bytes per exec when filling the board's image buffer
@@ -352,7 +353,7 @@ def check_model_on_board(repl: MaixPyRepl, model_bytes: bytes, spec: LoadSpec) -
     """Fail early, by hash, when the board holds something else than MODEL where it loads."""
     want = _expected_on_board(model_bytes, spec)
     if spec.path is not None:
-        have = repl.sha256_file(spec.path)
+        have = fs.sha256(repl, spec.path)
         where = spec.path
     else:
         have = onboard.flash_sha256(repl, spec.addr or 0, len(want))

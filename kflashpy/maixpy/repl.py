@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
@@ -30,13 +29,11 @@ import serial
 
 from ..errors import (
     DeviceError,
-    IntegrityError,
     NoResponseError,
     PortError,
     ProtocolError,
     UsageError,
 )
-from ..progress import Progress, ProgressFn, report
 from .errors import board_exception
 
 #: what the raw REPL prints on entry (and again on every Ctrl-A)
@@ -53,8 +50,6 @@ DEFAULT_CHUNK = 256
 DEFAULT_PAUSE = 0.01
 #: after the first byte of a burst, how long to keep collecting (about 115 bytes at 115200)
 GATHER = 0.01
-#: raw data bytes carried by one transfer command (base64 adds a third)
-TRANSFER_BLOCK = 1024
 
 #: board reset wiring: which modem line pulses RESET (maixpy_runtime_side.md §4.3)
 RESET_LINES = {"rts", "dtr"}
@@ -350,10 +345,17 @@ class MaixPyRepl:
             self._write(piece)
             self.pause(self.chunk_pause)
 
-    def exec_raw(self, code: str, timeout: float | None = None, doing: str = "") -> bytes:
+    def exec_raw(
+        self,
+        code: str,
+        timeout: float | None = None,
+        doing: str = "",
+        on_output: Callable[[bytes], None] | None = None,
+    ) -> bytes:
         """Run ``code`` on the board and return its stdout (``\\n`` line ends).
 
-        A board exception becomes :class:`~kflashpy.maixpy.errors.ReplError` (or
+        ``on_output`` receives the stdout as it arrives (``\\n`` line ends), for scripts
+        whose output is followed live (``kflashpy exec``). A board exception becomes :class:`~kflashpy.maixpy.errors.ReplError` (or
         :class:`~kflashpy.maixpy.errors.KpuError` for KPU codes) carrying the traceback.
         """
         data = encode_code(code)
@@ -383,7 +385,7 @@ class MaixPyRepl:
                 "another program may be using the REPL; reset the board and retry",
             )
         try:
-            out = self.read_until(b"\x04", timeout=timeout, what="end of the code's output")
+            out = self._follow(timeout, on_output)
             err = self.read_until(b"\x04", timeout=timeout, what="end of the error output")
             self.read_until(b">", timeout=2.0, what="raw REPL prompt")
         except NoResponseError:
@@ -392,6 +394,34 @@ class MaixPyRepl:
         if err:
             raise board_exception(err.decode("utf-8", "replace"), normalize_output(out), doing)
         return normalize_output(out)
+
+    def _follow(self, timeout: float | None, on_output: Callable[[bytes], None] | None) -> bytes:
+        """Stdout up to the raw REPL's first 0x04, handed to ``on_output`` as it comes."""
+        if on_output is None:
+            return self.read_until(b"\x04", timeout=timeout, what="end of the code's output")
+        limit = self.timeout if timeout is None else timeout
+        got = bytearray()
+        idle = 0.0
+        while True:
+            at = self._rx.find(b"\x04")
+            # a trailing "\r" waits for its "\n" so line ends convert in one piece
+            cut = at if at >= 0 else len(self._rx) - self._rx.endswith(b"\r")
+            if cut > 0:
+                piece = bytes(self._rx[:cut])
+                del self._rx[:cut]
+                got += piece
+                on_output(normalize_output(piece))
+            if at >= 0:
+                del self._rx[:1]
+                return bytes(got)
+            if idle >= limit:
+                raise NoResponseError(
+                    f"the script printed nothing for {limit:g} s and did not end",
+                    "raise --timeout for scripts that work silently, or press Ctrl-C",
+                )
+            data = self._read_some(0.05)
+            idle = 0.0 if data else idle + 0.05
+            self._rx += data
 
     def eval(self, expr: str, setup: str = "", timeout: float | None = None) -> object:
         """Evaluate ``expr`` on the board and return it as a host value (literals only)."""
@@ -409,52 +439,6 @@ class MaixPyRepl:
                 f"garbled base64 from the board while {doing or 'reading data'}",
                 "line noise or another program on the UART: retry at 115200 baud",
             ) from e
-
-    # --- files ---------------------------------------------------------------------------
-
-    def sha256_file(self, path: str) -> bytes:
-        """SHA-256 of a file on the board, computed by the board (uhashlib)."""
-        code = (
-            "import uhashlib,ubinascii\n"
-            f"_h=uhashlib.sha256()\n_f=open({py_str(path)},'rb')\n"
-            "while True:\n _b=_f.read(4096)\n if not _b: break\n _h.update(_b)\n"
-            "_f.close()\nprint(ubinascii.hexlify(_h.digest()).decode())"
-        )
-        out = self.exec_raw(code, doing=f"hashing {path}")
-        return bytes.fromhex(out.decode("ascii", "replace").strip())
-
-    def put_file(self, path: str, data: bytes, progress: ProgressFn | None = None) -> None:
-        """Write ``data`` to ``path`` on the board, then check its SHA-256 there."""
-        self.exec_raw(f"import ubinascii\n_f=open({py_str(path)},'wb')", doing=f"creating {path}")
-        done = 0
-        for block in chunks(data, TRANSFER_BLOCK) or [b""]:
-            self.exec_raw(f"_f.write({py_bytes(block)})", doing=f"writing {path}")
-            done += len(block)
-            report(progress, Progress("put", done, len(data), path))
-        self.exec_raw("_f.close()", doing=f"closing {path}")
-        self._check_hash(path, data)
-
-    def get_file(self, path: str, progress: ProgressFn | None = None) -> bytes:
-        """Read ``path`` from the board, checking the bytes against the board's SHA-256."""
-        code = (
-            "import ubinascii\n"
-            f"_f=open({py_str(path)},'rb')\n"
-            f"while True:\n _b=_f.read({TRANSFER_BLOCK})\n if not _b: break\n"
-            " print(ubinascii.b2a_base64(_b).decode().strip())\n_f.close()"
-        )
-        data = self.read_blocks(code, doing=f"reading {path}")
-        report(progress, Progress("get", len(data), len(data), path))
-        self._check_hash(path, data)
-        return data
-
-    def _check_hash(self, path: str, data: bytes) -> None:
-        board = self.sha256_file(path)
-        if board != hashlib.sha256(data).digest():
-            raise IntegrityError(
-                f"{path}: SHA-256 on the board differs from the host copy "
-                f"({board.hex()[:16]}... vs {hashlib.sha256(data).hexdigest()[:16]}...)",
-                "bytes were lost on the serial line: retry, or use a lower baud rate",
-            )
 
 
 @contextmanager
