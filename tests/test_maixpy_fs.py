@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 
 import pytest
-from test_maixpy_repl import make_flash
 
 from kflashpy.errors import InputError, NoResponseError, UsageError
 from kflashpy.image.bootimage import wrap_boot_image
@@ -69,7 +69,7 @@ def test_flash_filesystem_persists_in_the_flash_file(tmp_path):
     first = connect(url(flash))
     fs.write_file(first, "/flash/keep.txt", b"kept")
     first.port.close()
-    raw = open(flash, "rb").read()
+    raw = Path(flash).read_bytes()
     assert raw[SPIFFS_START : SPIFFS_START + len(STORE_MAGIC)] == STORE_MAGIC
     again = connect(url(flash))  # another "process": a new board on the same flash file
     assert fs.read_file(again, "/flash/keep.txt") == b"kept"
