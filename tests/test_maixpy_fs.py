@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -227,3 +228,46 @@ def test_run_script_streams_output_and_reports_errors(board):
     with pytest.raises(ReplError, match="ZeroDivisionError"):
         fs.run_script(board, "print('before')\n1/0\n", pieces.append)
     assert b"".join(pieces).endswith(b"before\n")
+
+
+# --- the CLI ---------------------------------------------------------------------------------
+
+
+def test_cli_fs_commands_and_exec_across_invocations(tmp_path, capsys):
+    """Each command is a new process's board: /flash lives in the flash file, /sd in a dir."""
+    from kflashpy.cli import main
+
+    card = tmp_path / "card"
+    card.mkdir()
+    u = url(flash16(tmp_path), maixpy_sd=str(card))
+    script = tmp_path / "hello.py"
+    script.write_text("import os\nprint('files:', os.listdir('/sd'))\n")
+    assert main(["-p", u, "fs", "put", str(script), "/sd/"]) == 0
+    assert "put " in capsys.readouterr().out and (card / "hello.py").exists()
+    assert main(["-p", u, "fs", "put", str(script), ":main.py"]) == 0
+    capsys.readouterr()
+    assert main(["--json", "-p", u, "fs", "ls"]) == 0
+    paths = [e["path"] for e in json.loads(capsys.readouterr().out)["result"]["entries"]]
+    assert "/flash/main.py" in paths
+    assert main(["-p", u, "fs", "cat", "/sd/hello.py"]) == 0
+    assert capsys.readouterr().out == script.read_text()
+    assert main(["-p", u, "exec", str(script)]) == 0
+    assert capsys.readouterr().out == "files: ['hello.py']\n"
+    assert main(["-p", u, "exec", "-c", "1/0"]) == 1
+    assert "ZeroDivisionError" in capsys.readouterr().err
+    assert main(["-p", u, "fs", "mkdir", "/sd/d"]) == 0
+    assert main(["-p", u, "fs", "get", "/sd/hello.py", str(tmp_path / "copy.py")]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "copy.py").read_text() == script.read_text()
+    assert main(["--json", "-p", u, "fs", "df"]) == 0
+    mounts = {f["mount"] for f in json.loads(capsys.readouterr().out)["result"]["filesystems"]}
+    assert mounts == {"/flash", "/sd"}
+    assert main(["-p", u, "fs", "rm", "-r", "/sd/d", "/sd/hello.py"]) == 0
+    assert sorted(p.name for p in card.iterdir()) == []
+    assert main(["-p", u, "fs", "mkdir", "/flash/d"]) == 1
+    assert "no directories" in capsys.readouterr().err
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(3 << 20))
+    assert main(["-p", u, "fs", "put", str(big), "/flash/"]) == 1
+    assert "nothing was written" in capsys.readouterr().err
+    assert main(["-p", u, "fs", "ls", "/etc"]) == 2
