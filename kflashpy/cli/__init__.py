@@ -32,6 +32,7 @@ COMMAND_MODULES: list[str] = [
     "flashops",
     "demo",
     "fs",
+    "repl",
 ]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

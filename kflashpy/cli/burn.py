@@ -104,10 +104,13 @@ def _inputs(args: tuple[str, ...], addr: int | None) -> tuple[list[tuple[int, st
 @click.option(
     "--reboot/--no-reboot", default=True, show_default=True, help="Start the program afterwards."
 )
+@click.option("--monitor", is_flag=True, help="Open the REPL terminal (`kflashpy repl`) after.")
 @stub_option
 @connection_options
 @click.pass_obj
-def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, reset_seq, rom_baud):
+def burn_cmd(
+    s: Session, args, addr, firmware, layout, force, reboot, monitor, stub, reset_seq, rom_baud
+):
     """Burn files, ADDR FILE pairs or a kfpkg to flash.
 
     \b
@@ -146,6 +149,10 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
         + (f"; rebooted ({result.rebooted})" if result.rebooted else "; left in ISP mode")
     )
     s.result = {**result.to_dict(), "findings": [f.to_dict() for f in plan.findings]}
+    if monitor:
+        from .repl import monitor as open_terminal
+
+        open_terminal(s)
 
 
 @click.command("erase")
