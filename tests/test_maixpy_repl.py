@@ -19,6 +19,7 @@ from kflashpy.maixpy.errors import KpuError, ReplError, board_exception
 from kflashpy.maixpy.repl import (
     CONTROL_BYTES,
     MaixPyRepl,
+    NoFirmwareError,
     chunks,
     encode_code,
     normalize_output,
@@ -235,13 +236,25 @@ def test_dropped_connection_is_a_clear_error_then_reconnect_works(flash):
 
 
 def test_silent_port_times_out_instead_of_hanging(tmp_path):
-    # erased flash: no firmware boots, nobody answers the REPL
-    blank = tmp_path / "blank.img"
-    blank.write_bytes(b"\xff" * FLASH_SIZE)
-    repl = MaixPyRepl(open_port(f"sim://?flash={blank}&flash_size=4M"), timeout=0.5)
+    # a board whose ROM printed nothing we know: the driver gives up, naming the prompt
+    flash = make_flash(tmp_path)
+    port = open_port(sim_url(flash, personality="silent"))
+    repl = MaixPyRepl(port, timeout=0.5)
     with pytest.raises(NoResponseError, match="raw REPL"):
         repl.connect()
     with pytest.raises(NoResponseError, match="init end"):
+        repl.connect(reset=True, boot_wait=1.0)
+
+
+def test_a_board_without_firmware_is_named_as_such(tmp_path):
+    """Erased flash: the ROM's 'boot failed' line, not a looping boot.py, is the cause."""
+    blank = tmp_path / "blank.img"
+    blank.write_bytes(b"\xff" * FLASH_SIZE)
+    repl = MaixPyRepl(open_port(f"sim://?flash={blank}&flash_size=4M"), timeout=0.5)
+    with pytest.raises(NoFirmwareError, match="no firmware.*boot failed") as info:
+        repl.connect()
+    assert "burn MaixPy" in info.value.hint and "boot.py" not in info.value.hint
+    with pytest.raises(NoFirmwareError):
         repl.connect(reset=True, boot_wait=1.0)
 
 

@@ -41,6 +41,8 @@ RAW_BANNER = b"raw REPL; CTRL-B to exit\r\n>"
 #: printed by the frozen _boot.py; Ctrl-C in the next 200 ms skips boot.py and main.py
 INIT_END = b"[MaixPy] init end"
 SOFT_REBOOT = b"soft reboot\r\n"
+#: the K210 ROM's line when flash holds no bootable image (maixpy_runtime_side.md §2)
+ROM_BOOT_FAILED = b"boot failed with exit code"
 FRIENDLY_PROMPT = b">>> "
 
 #: raw-REPL control bytes: they can never appear in code sent for execution
@@ -53,6 +55,12 @@ GATHER = 0.01
 
 #: board reset wiring: which modem line pulses RESET (maixpy_runtime_side.md §4.3)
 RESET_LINES = {"rts", "dtr"}
+
+
+class NoFirmwareError(NoResponseError):
+    """The board's ROM found no bootable firmware (nothing answers the REPL)."""
+
+    kind = "no-firmware"
 
 
 def encode_code(code: str) -> bytes:
@@ -244,6 +252,7 @@ class MaixPyRepl:
             except NoResponseError:
                 if attempt + 1 < attempts:
                     continue
+                self._check_firmware()
                 tail = bytes(self.boot_log[-200:] + self._rx[-200:])
                 raise NoResponseError(
                     "the board does not answer Ctrl-C/Ctrl-A with a raw REPL prompt"
@@ -255,6 +264,19 @@ class MaixPyRepl:
                 ) from None
             self.in_raw = True
             return
+
+    def _check_firmware(self) -> None:
+        """Raise :class:`NoFirmwareError` if the ROM said it found nothing to boot."""
+        seen = bytes(self.boot_log + self._rx)
+        at = seen.rfind(ROM_BOOT_FAILED)
+        if at >= 0:
+            line = seen[seen.rfind(b"\n", 0, at) + 1 :].split(b"\r")[0].split(b"\n")[0]
+            raise NoFirmwareError(
+                "the board has no firmware to run: its ROM printed "
+                f"{line.decode('ascii', 'replace').strip()!r}",
+                "burn MaixPy first (kflashpy burn --firmware maixpy.bin), then rerun; "
+                "the flash at 0x0 is erased or holds no valid boot image",
+            )
 
     def exit_raw(self) -> None:
         """Back to the friendly REPL (Ctrl-B), e.g. before handing the port to a terminal."""
@@ -272,6 +294,7 @@ class MaixPyRepl:
         try:
             log = self.read_until(INIT_END, wait, "'[MaixPy] init end' boot line", total=wait)
         except NoResponseError as e:
+            self._check_firmware()
             raise NoResponseError(
                 f"the board did not boot MaixPy within {wait:g} s (no '[MaixPy] init end')",
                 "check that MaixPy is burned at 0x0 and the board's reset wiring "
