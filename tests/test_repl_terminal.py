@@ -9,7 +9,9 @@ import select
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 from test_maixpy_fs import flash16
 
@@ -163,3 +165,40 @@ def test_terminal_keeps_going_through_a_reset_button_press(tmp_path):
     os.close(keys_w)
     assert screen.count(b"[MaixPy] init end") == 2 and b"42\r\n>>> " in screen
     assert term.reconnects == 0 and notes == []
+
+
+def test_the_readme_session(tmp_path, screens, capsys):
+    """Burn MaixPy and a model, open the REPL, put boot.py and an image on /sd, compare."""
+    from PIL import Image
+
+    from kflashpy.cli import main
+    from kflashpy.demo import demo_firmware
+
+    mnist = Path(__file__).parent / "fixtures" / "kmodels" / "v3" / "mnist_maixpy-scripts.kmodel"
+    fw, card = tmp_path / "maixpy.bin", tmp_path / "card"
+    fw.write_bytes(demo_firmware(64 * 1024))
+    card.mkdir()
+    board = f"sim://?board=maix-bit&flash={tmp_path / 'board.img'}&maixpy_sd={card}"
+    burn = ["-p", board, "burn", "--firmware", str(fw), "0x300000", str(mnist)]
+    assert main(burn) == 0
+    scr = screens("-p", board, "repl")
+    scr.expect(rb"init end.*?>>> ", 60)
+    scr.type(b"import os\r")
+    scr.expect(rb">>> ")
+    scr.type(b"os.listdir('/')\r")
+    scr.expect(rb"\['flash', 'sd'\]\r\n>>> ")
+    scr.type(b"\x1d")
+    assert scr.close() == 0
+    (tmp_path / "boot.py").write_text("import KPU as kpu\ntask = kpu.load('/sd/mnist.kmodel')\n")
+    Image.fromarray(np.random.default_rng(9).integers(0, 256, (64, 64), np.uint8)).save(
+        tmp_path / "digit.png"
+    )
+    for name in ("boot.py", "digit.png"):
+        assert main(["-p", board, "fs", "put", str(tmp_path / name), "/sd/"]) == 0
+    assert main(["-p", board, "fs", "put", str(mnist), "/sd/mnist.kmodel"]) == 0
+    assert sorted(p.name for p in card.iterdir()) == ["boot.py", "digit.png", "mnist.kmodel"]
+    capsys.readouterr()
+    cmp = ["compare", str(mnist), "-i", str(tmp_path / "digit.png"), "--resize"]
+    assert main(["-p", board, *cmp, "--path", "/sd/mnist.kmodel"]) == 0
+    assert main(["-p", board, *cmp, "--addr", "0x300000"]) == 0
+    assert capsys.readouterr().out.count("board and host agree") == 2
