@@ -202,3 +202,14 @@ def test_the_readme_session(tmp_path, screens, capsys):
     assert main(["-p", board, *cmp, "--path", "/sd/mnist.kmodel"]) == 0
     assert main(["-p", board, *cmp, "--addr", "0x300000"]) == 0
     assert capsys.readouterr().out.count("board and host agree") == 2
+
+
+def test_monitor_with_json_is_refused_before_burning(tmp_path, capsys):
+    from kflashpy.cli import main
+
+    fw = tmp_path / "maixpy.bin"
+    fw.write_bytes(bytes(4096))
+    flash = tmp_path / "board.img"
+    u = f"sim://?board=maix-bit&flash={flash}"
+    assert main(["--json", "-p", u, "burn", "--firmware", str(fw), "--monitor"]) == 2
+    assert "interactive" in capsys.readouterr().out and not flash.exists()

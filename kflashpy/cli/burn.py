@@ -123,6 +123,10 @@ def burn_cmd(
     board and acknowledged; the kflash flasher cannot read flash back, so that is all
     that is verified (said so in the result).
     """
+    if monitor:
+        from .repl import check_terminal
+
+        check_terminal(s)
     files, kfpkg = _inputs(args, addr) if args else ([], None)
     plan = api.plan_burn(
         files, kfpkg=kfpkg, firmware=firmware, board=s.board, layout=layout, force=force

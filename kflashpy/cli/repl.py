@@ -29,6 +29,19 @@ def _raw_keys(fd: int):
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
+def check_terminal(s: Session) -> None:
+    """Refuse, before anything happens (a burn...), a terminal that cannot work here."""
+    if not s.port:
+        raise UsageError("the terminal needs the board's port", "give -p/--port (or KFLASHPY_PORT)")
+    if s.json:
+        raise UsageError("the terminal is interactive: it cannot run with --json", "drop --json")
+    if sys.platform == "win32":
+        raise UsageError(
+            "the terminal needs a POSIX console (Linux, macOS) for now",
+            "on Windows use a serial terminal (PuTTY, miniterm) at 115200 baud",
+        )
+
+
 def monitor(
     s: Session,
     reset: bool = False,
@@ -40,9 +53,8 @@ def monitor(
     from ..isp.ports import open_port
     from ..maixpy.terminal import Terminal
 
-    if not s.port:
-        raise UsageError("the terminal needs the board's port", "give -p/--port (or KFLASHPY_PORT)")
-    url, baud = s.port, s.baud or 115200
+    check_terminal(s)
+    url, baud = str(s.port), s.baud or 115200
 
     def show(data: bytes) -> None:
         sys.stdout.buffer.write(data)
