@@ -12,6 +12,7 @@ from support.paths import KMODELS as FIXTURES
 
 from kflashpy.cli import main
 from kflashpy.errors import InputError, UsageError, VerifyError
+from kflashpy.maixpy import fs
 from kflashpy.maixpy.compare import LoadSpec, compare, diff_output, prepare_input, rgb_to_rgb565
 from kflashpy.maixpy.errors import KpuError
 from kflashpy.model import swap_words
@@ -78,8 +79,8 @@ def test_v4_rgb565_model_with_two_outputs(flash):
 
 
 def test_model_from_a_file_on_the_board(flash):
-    repl = connect(sim_url(flash))
-    repl.put_file("/sd/iris.kmodel", IRIS3.read_bytes())
+    repl = connect(sim_url(flash, maixpy_sd="8M"))
+    fs.write_file(repl, "/sd/iris.kmodel", IRIS3.read_bytes())
     rep = compare(repl, IRIS3.read_bytes(), LoadSpec(path="/sd/iris.kmodel"), IRIS_IN)
     assert rep.passed and rep.load == "kpu.load('/sd/iris.kmodel')"
 
@@ -146,7 +147,7 @@ def test_bisect_points_at_the_first_differing_layer(flash):
 
 def test_bisect_when_every_layer_agrees(flash):
     found = bisect_mnist(flash, "flip:0:3")  # only the output copy differs
-    assert found is not None and found.layer == found.layers
+    assert found is not None and found.all_agree and found.layer is None
 
 
 def test_wrong_model_at_the_address_is_caught_before_running(flash):
@@ -173,6 +174,40 @@ def test_image_input_goes_through_rgb565(tmp_path):
         prepare_input(str(tmp_path / "x.png"), (1, 3, 8, 8), np.uint8)
 
 
+def test_inputs_take_what_run_takes(tmp_path):
+    """--resize, --rgb888, number lists and .bin tensors, as `kflashpy run` reads them."""
+    from PIL import Image
+
+    from kflashpy.runtime.inputs import load_input
+
+    rgb = np.random.default_rng(1).integers(0, 256, (8, 12, 3), dtype=np.uint8)
+    Image.fromarray(rgb).save(tmp_path / "big.png")
+    shape = (1, 3, 4, 6)
+    with pytest.raises(InputError, match="12x8") as info:
+        prepare_input(str(tmp_path / "big.png"), shape, np.uint8)
+    assert "--resize" in info.value.hint
+    inp = prepare_input(str(tmp_path / "big.png"), shape, np.uint8, resize=True)
+    want = load_input(tmp_path / "big.png", shape, np.uint8, resize=True)
+    assert np.array_equal(inp.host, want) and not inp.notes  # run's bytes, exactly
+    exact = prepare_input(str(tmp_path / "big.png"), shape, np.uint8, resize=True, mode="rgb888")
+    want888 = load_input(tmp_path / "big.png", shape, np.uint8, mode="rgb888", resize=True)
+    assert np.array_equal(exact.host, want888)
+    assert exact.payload == inp.payload  # the board still gets the RGB565 frame
+    assert "--rgb888" in exact.notes[0]
+    # a number list for a u8 image model, and the same bytes as a .bin tensor
+    vals = ",".join(str(v) for v in range(48))
+    listed = prepare_input(vals, (1, 1, 6, 8), np.uint8)
+    assert listed.kind == "gray" and listed.payload == bytes(range(48))
+    (tmp_path / "in.bin").write_bytes(bytes(range(48)))
+    assert prepare_input(str(tmp_path / "in.bin"), (1, 1, 6, 8), np.uint8).payload == bytes(
+        range(48)
+    )
+    a, b = prepare_input("random:3", shape, np.uint8), prepare_input("random:4", shape, np.uint8)
+    assert (
+        a.payload != b.payload and a.payload == prepare_input("random:3", shape, np.uint8).payload
+    )
+
+
 def test_rgb565_packing_is_big_endian():
     px = np.array([[[255, 0, 0], [0, 255, 0], [0, 0, 255]]], np.uint8)
     assert rgb_to_rgb565(px) == bytes.fromhex("f800 07e0 001f".replace(" ", ""))
@@ -181,8 +216,10 @@ def test_rgb565_packing_is_big_endian():
 def test_float_input_count_and_bad_specs():
     with pytest.raises(InputError, match="3 values"):
         prepare_input("1,2,3", (1, 4), np.float32)
-    with pytest.raises(InputError, match="neither"):
+    with pytest.raises(InputError, match="no such file"):
         prepare_input("nope.txt", (1, 4), np.float32)
+    with pytest.raises(InputError, match="seed"):
+        prepare_input("random:x", (1, 4), np.float32)
     with pytest.raises(UsageError):
         LoadSpec(addr=1, path="/sd/m.kmodel")
     with pytest.raises(UsageError):
@@ -254,3 +291,48 @@ def test_compare_reset_pulses_the_line_the_board_data_names(flash, board, capsys
     wrong = f"D0 R0 {other}1 W0.1 {other}0"
     assert main(["-B", board, "-p", url, *base, "--reset", "--reset-seq", wrong]) != 0
     assert "init end" in capsys.readouterr().err
+
+
+def test_cli_bisect_says_when_every_layer_agrees(flash, capsys):
+    args = ["compare", str(MNIST), "--addr", hex(A_MNIST), "-i", "random:5", "--bisect"]
+    assert main(["-p", sim_url(flash, maixpy_dev="flip:0:3"), *args]) == 3
+    out = capsys.readouterr()
+    assert "all 11 layers agree" in out.out and "output transfer" in out.out
+    assert "rerun with --bisect" not in out.err and "get_output" in out.err
+    assert main(["-p", sim_url(flash, maixpy_dev="layer:4:3"), *args]) == 3
+    out = capsys.readouterr()
+    assert "first differing layer 4 (FULLY_CONNECTED)" in out.out and "layer 4" in out.err
+
+
+def test_cli_board_without_firmware(tmp_path, capsys):
+    blank = tmp_path / "blank.img"
+    blank.write_bytes(b"\xff" * (4 << 20))
+    u = f"sim://?flash={blank}&flash_size=4M"
+    assert main(["-p", u, "board-info", "--timeout", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert "no firmware" in err and "boot failed" in err and "burn MaixPy" in err
+    assert main(["-p", u, "compare", str(IRIS4), "--addr", "0x300000", "-i", IRIS_IN,
+                 "--timeout", "0.5"]) == 1  # fmt: skip
+    assert "no firmware" in capsys.readouterr().err
+
+
+def test_cli_compare_input_options_and_a_model_on_sd(tmp_path, capsys):
+    """fs put the model to /sd, then compare --path with run's input options."""
+    from PIL import Image
+    from support.maixpy import flash16
+
+    card = tmp_path / "card"
+    card.mkdir()
+    u = f"sim://?flash={flash16(tmp_path)}&maixpy_sd={card}"
+    assert main(["-p", u, "fs", "put", str(MNIST), "/sd/mnist.kmodel"]) == 0
+    img = tmp_path / "digit.png"
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (56, 56), np.uint8)).save(img)
+    base = ["compare", str(MNIST), "--path", "/sd/mnist.kmodel", "-i", str(img)]
+    assert main(["-p", u, *base]) == 2
+    assert "--resize" in capsys.readouterr().err
+    assert main(["--json", "-p", u, *base, "--resize"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["result"]["passed"] and doc["result"]["load"] == "kpu.load('/sd/mnist.kmodel')"
+    vals = ",".join(["0"] * 783 + ["255"])
+    assert main(["-p", u, "compare", str(MNIST), "--path", "/sd/mnist.kmodel", "-i", vals]) == 0
+    assert "board and host agree" in capsys.readouterr().out

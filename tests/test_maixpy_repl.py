@@ -14,10 +14,12 @@ from support.maixpy import FLASH_SIZE, connect, make_flash, sim_url
 from kflashpy.errors import NoResponseError, PortError, UsageError
 from kflashpy.isp.ports import open_port
 from kflashpy.maixpy import board as onboard
+from kflashpy.maixpy import fs
 from kflashpy.maixpy.errors import KpuError, ReplError, board_exception
 from kflashpy.maixpy.repl import (
     CONTROL_BYTES,
     MaixPyRepl,
+    NoFirmwareError,
     chunks,
     encode_code,
     normalize_output,
@@ -135,9 +137,9 @@ def test_unthrottled_burst_overflows_a_slow_board_and_chunking_fixes_it(flash):
 @given(data=st.binary(max_size=3000))
 def test_files_round_trip_with_hash_check(flash, data):
     repl = connect(sim_url(flash))
-    repl.put_file("/flash/blob.bin", data)
-    assert repl.get_file("/flash/blob.bin") == data
-    assert repl.sha256_file("/flash/blob.bin") == hashlib.sha256(data).digest()
+    fs.write_file(repl, "/flash/blob.bin", data)
+    assert fs.read_file(repl, "/flash/blob.bin") == data
+    assert fs.sha256(repl, "/flash/blob.bin") == hashlib.sha256(data).digest()
 
 
 def test_flash_read_hash_and_info(flash):
@@ -209,13 +211,25 @@ def test_dropped_connection_is_a_clear_error_then_reconnect_works(flash):
 
 
 def test_silent_port_times_out_instead_of_hanging(tmp_path):
-    # erased flash: no firmware boots, nobody answers the REPL
-    blank = tmp_path / "blank.img"
-    blank.write_bytes(b"\xff" * FLASH_SIZE)
-    repl = MaixPyRepl(open_port(f"sim://?flash={blank}&flash_size=4M"), timeout=0.5)
+    # a board whose ROM printed nothing we know: the driver gives up, naming the prompt
+    flash = make_flash(tmp_path)
+    port = open_port(sim_url(flash, personality="silent"))
+    repl = MaixPyRepl(port, timeout=0.5)
     with pytest.raises(NoResponseError, match="raw REPL"):
         repl.connect()
     with pytest.raises(NoResponseError, match="init end"):
+        repl.connect(reset=True, boot_wait=1.0)
+
+
+def test_a_board_without_firmware_is_named_as_such(tmp_path):
+    """Erased flash: the ROM's 'boot failed' line, not a looping boot.py, is the cause."""
+    blank = tmp_path / "blank.img"
+    blank.write_bytes(b"\xff" * FLASH_SIZE)
+    repl = MaixPyRepl(open_port(f"sim://?flash={blank}&flash_size=4M"), timeout=0.5)
+    with pytest.raises(NoFirmwareError, match="no firmware.*boot failed") as info:
+        repl.connect()
+    assert "burn MaixPy" in info.value.hint and "boot.py" not in info.value.hint
+    with pytest.raises(NoFirmwareError):
         repl.connect(reset=True, boot_wait=1.0)
 
 
@@ -246,13 +260,13 @@ def test_corrupted_transfers_never_pass_silently(flash, direction):
 
     data = bytes(range(256)) * 8
     good = connect(sim_url(flash))
-    good.put_file("/flash/ref.bin", data)
+    fs.write_file(good, "/flash/ref.bin", data)
     repl = connect(sim_url(flash, corrupt="2e-3", dir=direction, seed="5"), timeout=1.0)
     failures = 0
     for _ in range(3):
         try:
-            assert repl.get_file("/flash/ref.bin") == data
-            repl.put_file("/flash/copy.bin", data)
+            assert fs.read_file(repl, "/flash/ref.bin") == data
+            fs.write_file(repl, "/flash/copy.bin", data)
         except KflashError:
             failures += 1
             repl.in_raw = False  # re-synchronise on the next call

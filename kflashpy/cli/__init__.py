@@ -33,6 +33,8 @@ COMMAND_MODULES: list[str] = [
     "flashops",
     "demo",
     "gui",
+    "fs",
+    "repl",
 ]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

@@ -187,6 +187,7 @@ def _inputs(
     "--erase-all", is_flag=True, help="Erase the whole chip first (kflash.py's -e; slow)."
 )
 @after_option
+@click.option("--monitor", is_flag=True, help="Open the REPL terminal (`kflashpy repl`) after.")
 @stub_option
 @connection_options
 @click.pass_obj
@@ -200,6 +201,7 @@ def burn_cmd(
     reboot,
     erase_all,
     after,
+    monitor,
     stub,
     reset_seq,
     rom_baud,
@@ -217,6 +219,10 @@ def burn_cmd(
     computed on the board. With --stub kflash, frames are only CRC-checked and
     acknowledged (that flasher cannot read flash back); the result says which was done.
     """
+    if monitor:
+        from .repl import check_terminal
+
+        check_terminal(s)
     files, kfpkg = _inputs(s, args, addr) if args else ([], None)
     plan = api.plan_burn(
         files, kfpkg=kfpkg, firmware=firmware, board=s.board, layout=layout, force=force
@@ -249,6 +255,10 @@ def burn_cmd(
         + (f"; rebooted ({result.rebooted})" if result.rebooted else "; left in ISP mode")
     )
     s.result = {**result.to_dict(), "findings": [f.to_dict() for f in plan.findings]}
+    if monitor:
+        from .repl import monitor as open_terminal
+
+        open_terminal(s)
 
 
 @click.command("erase")

@@ -87,10 +87,21 @@ def register(group: click.Group) -> None:
     @click.option("--load-flash", is_flag=True, help="Load with kpu.load_flash (swapped model).")
     @click.option("--path", "board_path", help="Model file on the board, e.g. /sd/m.kmodel.")
     @click.option(
+        "-i",
         "--input",
         "input_spec",
         required=True,
-        help="Image (W x H of the model), .npy, '1.0,2.5,...' floats, or random[:SEED].",
+        help="Image, .npy/.bin tensor or numbers ('5.1,3.8,1.9,0.4'), as `run` takes, or "
+        "random[:SEED].",
+    )
+    @click.option(
+        "--resize", is_flag=True, help="Scale images to the model input size (never implicit)."
+    )
+    @click.option(
+        "--rgb888",
+        is_flag=True,
+        help="Feed the host the 8-bit RGB planes (as `run --rgb888`); the board still reads "
+        "MaixPy's RGB565 frame.",
     )
     @click.option("--atol", type=float, default=1e-5, show_default=True, help="Float outputs.")
     @click.option("--rtol", type=float, default=1e-5, show_default=True, help="Float outputs.")
@@ -115,6 +126,8 @@ def register(group: click.Group) -> None:
         load_flash,
         board_path,
         input_spec,
+        resize,
+        rgb888,
         atol,
         rtol,
         bisect,
@@ -159,6 +172,8 @@ def register(group: click.Group) -> None:
                 bisect=bisect,
                 check_model=not no_check_model,
                 host_options=options,
+                input_mode="rgb888" if rgb888 else "maixpy",
+                resize=resize,
                 progress=s.progress(),
             )
         s.result = rep.to_dict()
@@ -201,17 +216,32 @@ def register(group: click.Group) -> None:
                     f"  output {d.index} [{pos}] (element {m.index}, byte {m.byte_offset}): "
                     f"board {_fmt(m.board)} host {_fmt(m.host)}"
                 )
-        if rep.bisect is not None:
-            b = rep.bisect
+        b = rep.bisect
+        if b is not None and b.all_agree:
+            s.out(
+                f"bisect: all {b.layers} layers agree on the board and the host "
+                f"({b.steps} board run{'s' if b.steps != 1 else ''}); the difference is in "
+                "the output transfer (reading the outputs back), not in the layers"
+            )
+        elif b is not None:
             s.out(
                 f"bisect: first differing layer {b.layer} ({b.name}) of {b.layers}, "
                 f"{b.diff.mismatches} element(s) differ ({b.steps} board runs)"
             )
         if not rep.passed:
             bad = [str(d.index) for d in rep.outputs if not d.passed]
+            if b is None:
+                hint = "rerun with --bisect (V3) to find the first differing layer"
+            elif b.all_agree:
+                hint = (
+                    "the KPU computed the same values: check how outputs are read "
+                    "(kpu.get_output index, kpu.set_outputs shapes, byte order)"
+                )
+            else:
+                hint = f"layer {b.layer} ({b.name}) is where the board and the host part"
             raise CompareMismatch(
                 f"board and host differ in output(s) {', '.join(bad)} of {model}",
-                "rerun with --bisect (V3) to find the first differing layer; see docs/compare.md",
+                hint + "; see docs/compare.md",
             )
         s.out("board and host agree")
 

@@ -22,9 +22,9 @@ import numpy as np
 
 from ..errors import InputError, ProtocolError, UsageError, VerifyError
 from ..progress import Progress, ProgressFn, report
-from ..runtime.inputs import parse_floats
 from ..units import fmt_addr
 from . import board as onboard
+from . import fs
 from .repl import MaixPyRepl, chunks, py_bytes, py_str
 
 #: raw input bytes per exec when filling the board's image buffer
@@ -76,38 +76,36 @@ def _image_dims(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
     return None
 
 
-def _from_pixels(pixels: np.ndarray, channels: int, source: str, notes: list[str]) -> BoardInput:
-    """(H, W, 3) or (H, W) u8 pixels -> the board/host input pair of an image model."""
-    from ..runtime.inputs import rgb565_bytes_to_planes
-
-    h, w = pixels.shape[:2]
-    if channels == 1:
-        gray = pixels if pixels.ndim == 2 else pixels[..., 0]
-        gray = np.ascontiguousarray(gray, dtype=np.uint8)
-        return BoardInput("gray", gray.tobytes(), gray[None], w, h, source, notes)
-    payload = rgb_to_rgb565(pixels)
-    return BoardInput("rgb565", payload, rgb565_bytes_to_planes(payload, w, h), w, h, source, notes)
-
-
-def prepare_input(spec: str, shape: tuple[int, ...], dtype: np.dtype) -> BoardInput:
+def prepare_input(
+    spec: str,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    *,
+    mode: str = "maixpy",
+    resize: bool = False,
+) -> BoardInput:
     """Turn ``--input`` into the exact bytes for the board and the array for the host.
 
-    ``spec``: an image file (PNG, BMP, JPEG... of the model's W x H), a ``.npy`` array
-    (u8 CHW planes, or floats), a comma-separated float list, or ``random[:SEED]``.
-    u8 planes are reduced to what RGB565 can carry (the board cannot be fed anything
-    else through its image path) and a note says so.
+    ``spec`` is what ``kflashpy run`` takes (an image, a ``.npy``/``.bin`` tensor, a
+    number list) or ``random[:SEED]``; ``resize`` scales an image to the model input
+    (never implicit). Image models reach the KPU through MaixPy's RGB565 image path:
+    with ``mode="maixpy"`` (default) the host is fed the planes ``pix_to_ai`` makes of
+    those RGB565 bytes, so both sides read identical bytes; with ``mode="rgb888"`` the
+    host keeps the 8-bit planes (as ``run --rgb888``) and a note says how many input
+    values the board sees differently.
     """
+    if mode not in ("maixpy", "rgb888"):
+        raise UsageError(f"unknown input mode {mode!r}", "use maixpy (RGB565) or rgb888")
     dtype = np.dtype(dtype)
-    notes: list[str] = []
     count = int(np.prod(shape))
+    seed = _random_seed(spec)
     if dtype.kind == "f":
-        if spec.startswith("random"):
-            seed = int(spec.split(":", 1)[1]) if ":" in spec else 0
+        if seed is not None:
             vals = np.random.default_rng(seed).random(count, dtype=np.float32)
-        elif spec.endswith(".npy"):
+        elif spec.endswith(".npy") and _is_file(spec):
             vals = _load_npy(spec).astype(np.float32).ravel()
         else:
-            vals = _parse_floats(spec)
+            vals = _load(spec, shape, dtype, mode, resize).astype(np.float32).ravel()
         if vals.size != count:
             raise InputError(
                 f"input {spec!r} has {vals.size} values, the model input {shape} needs {count}",
@@ -122,46 +120,85 @@ def prepare_input(spec: str, shape: tuple[int, ...], dtype: np.dtype) -> BoardIn
             "compare supports u8 image inputs (1 or 3 channels) and float inputs",
         )
     c, h, w = dims
-    if spec.startswith("random"):
-        seed = int(spec.split(":", 1)[1]) if ":" in spec else 0
+    if seed is not None:
         pixels = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
-        return _with_shape(_from_pixels(pixels, c, spec, notes), shape)
-    if spec.endswith(".npy"):
-        arr = _load_npy(spec)
-        if arr.size != count or arr.dtype != np.uint8:
-            raise InputError(
-                f"{spec}: {arr.dtype} {arr.shape} does not match the model input {shape} uint8",
-                "save the input as u8 CHW planes of the model's size",
-            )
-        planes = arr.reshape(c, h, w)
-        pixels = planes[0] if c == 1 else np.moveaxis(planes, 0, -1)
-        inp = _from_pixels(pixels, c, spec, notes)
-        changed = int(np.count_nonzero(inp.host.reshape(planes.shape) != planes))
-        if changed:
-            notes.append(
-                f"{changed} input values changed by the RGB565 round trip (the board's "
-                "image path carries only 5/6/5 bits)"
-            )
-        return _with_shape(inp, shape)
-    path = Path(spec)
-    try:
-        from PIL import Image
-
-        with Image.open(path) as im:
-            im = im.convert("L" if c == 1 else "RGB")
-            if im.size != (w, h):
+        planes = np.ascontiguousarray(np.moveaxis(pixels, -1, 0)[:c])
+        tensor = False
+    else:
+        tensor = not _is_image(spec)
+        if tensor and spec.endswith(".npy") and _is_file(spec):
+            arr = _load_npy(spec)
+            if arr.size != count or arr.dtype != np.uint8:
                 raise InputError(
-                    f"{path}: image is {im.size[0]}x{im.size[1]}, the model input is {w}x{h}",
-                    "resize it first (the board compares the identical input, no silent resize)",
+                    f"{spec}: {arr.dtype} {arr.shape} does not match the model input {shape} uint8",
+                    "save the input as u8 CHW planes of the model's size",
                 )
-            pixels = np.asarray(im, dtype=np.uint8)
-    except FileNotFoundError:
+        else:
+            arr = _load(spec, shape, dtype, mode, resize)
+        planes = np.ascontiguousarray(arr.reshape(c, h, w))
+    inp = _from_planes(planes, spec)
+    changed = int(np.count_nonzero(inp.host != planes))
+    if changed and mode == "rgb888":
+        inp.host = planes
+        inp.notes.append(
+            f"--rgb888: the host reads the 8-bit planes, the board the RGB565 frame "
+            f"(MaixPy's only image path); {changed} input values differ, so outputs may too"
+        )
+    elif changed and tensor:
+        inp.notes.append(
+            f"{changed} input values changed by the RGB565 round trip (the board's "
+            "image path carries only 5/6/5 bits)"
+        )
+    return _with_shape(inp, shape)
+
+
+def _random_seed(spec: str) -> int | None:
+    """``random`` -> 0, ``random:N`` -> N, anything else -> None."""
+    if spec != "random" and not spec.startswith("random:"):
+        return None
+    try:
+        return int(spec.split(":", 1)[1]) if ":" in spec else 0
+    except ValueError:
         raise InputError(
-            f"{path}: no such file", "give an image, a .npy, floats or random"
+            f"--input {spec!r}: the seed must be an integer", "e.g. random:7"
         ) from None
-    except OSError as e:
-        raise InputError(f"{path}: not a readable image ({e})", "use PNG, BMP or JPEG") from None
-    return _with_shape(_from_pixels(pixels, c, str(path), notes), shape)
+
+
+def _is_file(spec: str) -> bool:
+    try:
+        return Path(spec).is_file()
+    except OSError:  # a long number list is no file name
+        return False
+
+
+def _is_image(spec: str) -> bool:
+    return _is_file(spec) and Path(spec).suffix.lower() not in (".npy", ".bin", ".raw")
+
+
+def _load(spec: str, shape: tuple[int, ...], dtype: np.dtype, mode: str, resize: bool):
+    """What ``kflashpy run`` reads for ``spec``: a number list, a tensor or an image."""
+    from ..runtime.inputs import from_numbers, load_input, parse_floats
+
+    if not _is_file(spec):
+        vals = parse_floats(spec)
+        if vals is None:
+            raise InputError(
+                f"{spec[:80]}: no such file (nor a list of numbers, nor random[:SEED])",
+                "give an image, a .npy/.bin tensor, numbers such as 5.1,3.8,1.9,0.4 or random",
+            )
+        return from_numbers(spec[:80], vals, shape, dtype)
+    return load_input(spec, shape, dtype, mode=mode, resize=resize)
+
+
+def _from_planes(planes: np.ndarray, source: str) -> BoardInput:
+    """(C, H, W) u8 planes -> what travels to the board and what the KPU reads from it."""
+    from ..runtime.inputs import rgb565_bytes_to_planes
+
+    c, h, w = planes.shape
+    if c == 1:
+        return BoardInput("gray", planes.tobytes(), planes.copy(), w, h, source)
+    payload = rgb_to_rgb565(np.moveaxis(planes, 0, -1))
+    return BoardInput("rgb565", payload, rgb565_bytes_to_planes(payload, w, h), w, h, source)
 
 
 def _with_shape(inp: BoardInput, shape: tuple[int, ...]) -> BoardInput:
@@ -176,16 +213,6 @@ def _load_npy(spec: str) -> np.ndarray:
         raise InputError(f"{spec}: no such file", "check the path") from None
     except (OSError, ValueError) as e:
         raise InputError(f"{spec}: not a .npy array ({e})", "save it with numpy.save") from None
-
-
-def _parse_floats(spec: str) -> np.ndarray:
-    vals = parse_floats(spec)
-    if vals is None:
-        raise InputError(
-            f"--input {spec!r} is neither a file nor a list of numbers",
-            "give an image, a .npy file, '5.1,3.8,1.9,0.4' or random[:SEED]",
-        )
-    return vals
 
 
 # --- comparing ---------------------------------------------------------------------------
@@ -289,14 +316,19 @@ def _first_byte(a: bytes, b: bytes, start: int, size: int) -> int:
 class BisectResult:
     """The first layer whose board output differs from the host's (V3 ``set_layers``)."""
 
-    layer: int  # 0-based index of the first differing layer
+    layer: int | None  # 0-based index of the first differing layer; None: all agree
     name: str
     layers: int
     diff: OutputDiff
     steps: int
 
+    @property
+    def all_agree(self) -> bool:
+        """Every layer's output agrees: the difference is in reading the outputs back."""
+        return self.layer is None
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "all_agree": self.all_agree}
 
 
 @dataclass
@@ -314,7 +346,7 @@ class CompareReport:
     bisect: BisectResult | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "bisect": self.bisect.to_dict() if self.bisect else None}
 
 
 @dataclass(frozen=True)
@@ -352,7 +384,7 @@ def check_model_on_board(repl: MaixPyRepl, model_bytes: bytes, spec: LoadSpec) -
     """Fail early, by hash, when the board holds something else than MODEL where it loads."""
     want = _expected_on_board(model_bytes, spec)
     if spec.path is not None:
-        have = repl.sha256_file(spec.path)
+        have = fs.sha256(repl, spec.path)
         where = spec.path
     else:
         have = onboard.flash_sha256(repl, spec.addr or 0, len(want))
@@ -474,6 +506,8 @@ def compare(
     bisect: bool = False,
     check_model: bool = True,
     host_options: dict[str, str] | None = None,
+    input_mode: str = "maixpy",
+    resize: bool = False,
     progress: ProgressFn | None = None,
 ) -> CompareReport:
     """Run ``input_spec`` through the model on the board and on the host; compare outputs.
@@ -492,7 +526,9 @@ def compare(
     in_spec = model.inputs[0]
     if len(model.inputs) != 1:
         raise InputError(f"{model_name}: {len(model.inputs)} inputs; MaixPy feeds exactly one")
-    inp = prepare_input(input_spec, tuple(in_spec.shape), in_spec.dtype)
+    inp = prepare_input(
+        input_spec, tuple(in_spec.shape), in_spec.dtype, mode=input_mode, resize=resize
+    )
     opts = dict(host_options or {})
     host_outs = [np.asarray(o) for o in model.run([inp.host], **opts)]
     if check_model:
@@ -552,7 +588,7 @@ def bisect_layers(
     found = differs(hi)
     count = 1
     if found.passed:  # every layer agrees: the difference is in how outputs are read
-        return BisectResult(len(dumps), "(none: all layers agree)", len(dumps), found, count)
+        return BisectResult(None, "", len(dumps), found, count)
     while lo < hi:
         mid = (lo + hi) // 2
         d = differs(mid)

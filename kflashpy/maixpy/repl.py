@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
@@ -30,14 +29,12 @@ import serial
 
 from ..errors import (
     DeviceError,
-    IntegrityError,
     NoResponseError,
     PortError,
     ProtocolError,
     UsageError,
 )
 from ..isp import reset as reset_engine
-from ..progress import Progress, ProgressFn, report
 from .errors import board_exception
 
 #: what the raw REPL prints on entry (and again on every Ctrl-A)
@@ -45,6 +42,8 @@ RAW_BANNER = b"raw REPL; CTRL-B to exit\r\n>"
 #: printed by the frozen _boot.py; Ctrl-C in the next 200 ms skips boot.py and main.py
 INIT_END = b"[MaixPy] init end"
 SOFT_REBOOT = b"soft reboot\r\n"
+#: the K210 ROM's line when flash holds no bootable image (maixpy_runtime_side.md §2)
+ROM_BOOT_FAILED = b"boot failed with exit code"
 FRIENDLY_PROMPT = b">>> "
 
 #: raw-REPL control bytes: they can never appear in code sent for execution
@@ -54,8 +53,12 @@ DEFAULT_CHUNK = 256
 DEFAULT_PAUSE = 0.01
 #: after the first byte of a burst, how long to keep collecting (about 115 bytes at 115200)
 GATHER = 0.01
-#: raw data bytes carried by one transfer command (base64 adds a third)
-TRANSFER_BLOCK = 1024
+
+
+class NoFirmwareError(NoResponseError):
+    """The board's ROM found no bootable firmware (nothing answers the REPL)."""
+
+    kind = "no-firmware"
 
 
 def encode_code(code: str) -> bytes:
@@ -247,6 +250,7 @@ class MaixPyRepl:
             except NoResponseError:
                 if attempt + 1 < attempts:
                     continue
+                self._check_firmware()
                 tail = bytes(self.boot_log[-200:] + self._rx[-200:])
                 raise NoResponseError(
                     "the board does not answer Ctrl-C/Ctrl-A with a raw REPL prompt"
@@ -258,6 +262,19 @@ class MaixPyRepl:
                 ) from None
             self.in_raw = True
             return
+
+    def _check_firmware(self) -> None:
+        """Raise :class:`NoFirmwareError` if the ROM said it found nothing to boot."""
+        seen = bytes(self.boot_log + self._rx)
+        at = seen.rfind(ROM_BOOT_FAILED)
+        if at >= 0:
+            line = seen[seen.rfind(b"\n", 0, at) + 1 :].split(b"\r")[0].split(b"\n")[0]
+            raise NoFirmwareError(
+                "the board has no firmware to run: its ROM printed "
+                f"{line.decode('ascii', 'replace').strip()!r}",
+                "burn MaixPy first (kflashpy burn --firmware maixpy.bin), then rerun; "
+                "the flash at 0x0 is erased or holds no valid boot image",
+            )
 
     def exit_raw(self) -> None:
         """Back to the friendly REPL (Ctrl-B), e.g. before handing the port to a terminal."""
@@ -275,6 +292,7 @@ class MaixPyRepl:
         try:
             log = self.read_until(INIT_END, wait, "'[MaixPy] init end' boot line", total=wait)
         except NoResponseError as e:
+            self._check_firmware()
             raise NoResponseError(
                 f"the board did not boot MaixPy within {wait:g} s (no '[MaixPy] init end')",
                 "check that MaixPy is burned at 0x0 and the board's reset wiring "
@@ -353,10 +371,17 @@ class MaixPyRepl:
             self._write(piece)
             self.pause(self.chunk_pause)
 
-    def exec_raw(self, code: str, timeout: float | None = None, doing: str = "") -> bytes:
+    def exec_raw(
+        self,
+        code: str,
+        timeout: float | None = None,
+        doing: str = "",
+        on_output: Callable[[bytes], None] | None = None,
+    ) -> bytes:
         """Run ``code`` on the board and return its stdout (``\\n`` line ends).
 
-        A board exception becomes :class:`~kflashpy.maixpy.errors.ReplError` (or
+        ``on_output`` receives the stdout as it arrives (``\\n`` line ends), for scripts
+        whose output is followed live (``kflashpy exec``). A board exception becomes :class:`~kflashpy.maixpy.errors.ReplError` (or
         :class:`~kflashpy.maixpy.errors.KpuError` for KPU codes) carrying the traceback.
         """
         data = encode_code(code)
@@ -386,7 +411,7 @@ class MaixPyRepl:
                 "another program may be using the REPL; reset the board and retry",
             )
         try:
-            out = self.read_until(b"\x04", timeout=timeout, what="end of the code's output")
+            out = self._follow(timeout, on_output)
             err = self.read_until(b"\x04", timeout=timeout, what="end of the error output")
             self.read_until(b">", timeout=2.0, what="raw REPL prompt")
         except NoResponseError:
@@ -395,6 +420,34 @@ class MaixPyRepl:
         if err:
             raise board_exception(err.decode("utf-8", "replace"), normalize_output(out), doing)
         return normalize_output(out)
+
+    def _follow(self, timeout: float | None, on_output: Callable[[bytes], None] | None) -> bytes:
+        """Stdout up to the raw REPL's first 0x04, handed to ``on_output`` as it comes."""
+        if on_output is None:
+            return self.read_until(b"\x04", timeout=timeout, what="end of the code's output")
+        limit = self.timeout if timeout is None else timeout
+        got = bytearray()
+        idle = 0.0
+        while True:
+            at = self._rx.find(b"\x04")
+            # a trailing "\r" waits for its "\n" so line ends convert in one piece
+            cut = at if at >= 0 else len(self._rx) - self._rx.endswith(b"\r")
+            if cut > 0:
+                piece = bytes(self._rx[:cut])
+                del self._rx[:cut]
+                got += piece
+                on_output(normalize_output(piece))
+            if at >= 0:
+                del self._rx[:1]
+                return bytes(got)
+            if idle >= limit:
+                raise NoResponseError(
+                    f"the script printed nothing for {limit:g} s and did not end",
+                    "raise --timeout for scripts that work silently, or press Ctrl-C",
+                )
+            data = self._read_some(0.05)
+            idle = 0.0 if data else idle + 0.05
+            self._rx += data
 
     def eval(self, expr: str, setup: str = "", timeout: float | None = None) -> object:
         """Evaluate ``expr`` on the board and return it as a host value (literals only)."""
@@ -412,52 +465,6 @@ class MaixPyRepl:
                 f"garbled base64 from the board while {doing or 'reading data'}",
                 "line noise or another program on the UART: retry at 115200 baud",
             ) from e
-
-    # --- files ---------------------------------------------------------------------------
-
-    def sha256_file(self, path: str) -> bytes:
-        """SHA-256 of a file on the board, computed by the board (uhashlib)."""
-        code = (
-            "import uhashlib,ubinascii\n"
-            f"_h=uhashlib.sha256()\n_f=open({py_str(path)},'rb')\n"
-            "while True:\n _b=_f.read(4096)\n if not _b: break\n _h.update(_b)\n"
-            "_f.close()\nprint(ubinascii.hexlify(_h.digest()).decode())"
-        )
-        out = self.exec_raw(code, doing=f"hashing {path}")
-        return bytes.fromhex(out.decode("ascii", "replace").strip())
-
-    def put_file(self, path: str, data: bytes, progress: ProgressFn | None = None) -> None:
-        """Write ``data`` to ``path`` on the board, then check its SHA-256 there."""
-        self.exec_raw(f"import ubinascii\n_f=open({py_str(path)},'wb')", doing=f"creating {path}")
-        done = 0
-        for block in chunks(data, TRANSFER_BLOCK) or [b""]:
-            self.exec_raw(f"_f.write({py_bytes(block)})", doing=f"writing {path}")
-            done += len(block)
-            report(progress, Progress("put", done, len(data), path))
-        self.exec_raw("_f.close()", doing=f"closing {path}")
-        self._check_hash(path, data)
-
-    def get_file(self, path: str, progress: ProgressFn | None = None) -> bytes:
-        """Read ``path`` from the board, checking the bytes against the board's SHA-256."""
-        code = (
-            "import ubinascii\n"
-            f"_f=open({py_str(path)},'rb')\n"
-            f"while True:\n _b=_f.read({TRANSFER_BLOCK})\n if not _b: break\n"
-            " print(ubinascii.b2a_base64(_b).decode().strip())\n_f.close()"
-        )
-        data = self.read_blocks(code, doing=f"reading {path}")
-        report(progress, Progress("get", len(data), len(data), path))
-        self._check_hash(path, data)
-        return data
-
-    def _check_hash(self, path: str, data: bytes) -> None:
-        board = self.sha256_file(path)
-        if board != hashlib.sha256(data).digest():
-            raise IntegrityError(
-                f"{path}: SHA-256 on the board differs from the host copy "
-                f"({board.hex()[:16]}... vs {hashlib.sha256(data).hexdigest()[:16]}...)",
-                "bytes were lost on the serial line: retry, or use a lower baud rate",
-            )
 
 
 @contextmanager

@@ -38,10 +38,14 @@ import struct
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from kflashpy.errors import InputError
+from kflashpy.units import parse_int
+
+from .maixpy_vfs import DEFAULT_SD_SIZE, VFile, make_vfs
 
 #: MaixPy's UART receive ring (MAIX_UART_BUF)
 RX_RING = 2048
@@ -106,6 +110,10 @@ class Options:
     boot: str = "none"
     rx_cost: float = 20e-6
     v4: bool = True
+    boot_given: bool = False
+    sd_size: int = 0
+    sd_dir: Path | None = None
+    stat: bool = True
 
     def error_code(self) -> int | None:
         return next((d.a for d in self.deviations if d.kind == "err"), None)
@@ -121,7 +129,7 @@ def parse_options(raw: dict[str, str] | None) -> Options:
         elif name == "boot":
             if value not in BOOT_SCRIPTS:
                 raise PersonalityOptionError(f"maixpy_boot must be one of {sorted(BOOT_SCRIPTS)}")
-            opts.boot = value
+            opts.boot, opts.boot_given = value, True
         elif name == "rx_us":
             try:
                 opts.rx_cost = float(value) * 1e-6
@@ -131,12 +139,43 @@ def parse_options(raw: dict[str, str] | None) -> Options:
                 raise PersonalityOptionError(f"maixpy_rx_us must be a number > 0, not {value!r}")
         elif name == "v4":
             opts.v4 = value not in ("0", "false", "no")
+        elif name == "stat":
+            opts.stat = value not in ("0", "false", "no")
+        elif name == "sd":
+            _parse_sd(opts, value)
+        elif name == "sd_size":
+            opts.sd_size = _size_option(key, value)
         else:
             raise PersonalityOptionError(
                 f"unknown MaixPy personality option {key!r} (maixpy_dev, maixpy_boot, "
-                "maixpy_rx_us, maixpy_v4)"
+                "maixpy_rx_us, maixpy_v4, maixpy_sd, maixpy_sd_size, maixpy_stat)"
             )
+    if opts.sd_dir is not None and not opts.sd_size:
+        opts.sd_size = DEFAULT_SD_SIZE
     return opts
+
+
+def _size_option(key: str, value: str) -> int:
+    try:
+        size = parse_int(value, key)
+    except InputError:
+        size = 0
+    if size <= 0:
+        raise PersonalityOptionError(f"{key} must be a size such as 64M, not {value!r}")
+    return size
+
+
+def _parse_sd(opts: Options, value: str) -> None:
+    """``maixpy_sd=SIZE`` (a RAM card) or ``maixpy_sd=DIR`` (a host directory is the card)."""
+    if value[:1].isdigit():
+        opts.sd_size = _size_option("maixpy_sd", value)
+        return
+    path = Path(value)
+    if not path.is_dir():
+        raise PersonalityOptionError(
+            f"maixpy_sd={value!r}: no such directory (give a size like 64M or a directory)"
+        )
+    opts.sd_dir = path
 
 
 def _parse_deviation(text: str) -> Deviation:
@@ -170,39 +209,6 @@ class _Namespace:
 
 def _kpu_error(code: int, what: str = "load") -> ValueError:
     return ValueError(f"[MAIXPY]kpu: {what} error:{code}, {KPU_MESSAGES.get(code, 'ERR_UNKNOWN')}")
-
-
-class _File:
-    """A file of the virtual SPIFFS/SD (``open()`` on the board)."""
-
-    def __init__(self, fs: dict[str, bytearray], path: str, mode: str) -> None:
-        self.path, self.mode, self.pos = path, mode, 0
-        if "w" in mode:
-            fs[path] = bytearray()
-        elif path not in fs:
-            raise OSError(2, "ENOENT")
-        self.buf = fs[path]
-
-    def read(self, n: int = -1):
-        end = len(self.buf) if n is None or n < 0 else self.pos + n
-        out = bytes(self.buf[self.pos : end])
-        self.pos += len(out)
-        return out if "b" in self.mode else out.decode()
-
-    def write(self, data) -> int:
-        data = data.encode() if isinstance(data, str) else bytes(data)
-        self.buf[self.pos : self.pos + len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class _Image:
@@ -274,11 +280,11 @@ class _Kpu:
     # loading
     def load(self, where):
         if isinstance(where, str):
-            fs = self.p.fs
-            path = _norm_path(where)
-            if path not in fs:
-                raise _kpu_error(2005)
-            return self._make_task(bytes(fs[path]), "load")
+            try:
+                data = VFile(self.p.vfs, where, "rb").read()
+            except OSError:
+                raise _kpu_error(2005) from None
+            return self._make_task(data, "load")
         if not isinstance(where, int) or where <= 0:
             raise ValueError("[MAIXPY]kpu: model_addr must > 0 ")
         return self._make_task(self.p.flash_model(where), "load")
@@ -392,10 +398,6 @@ def _typecode(a: np.ndarray) -> str:
     return "f" if a.dtype.kind == "f" else "B"
 
 
-def _norm_path(path: str) -> str:
-    return path if path.startswith("/") else "/flash/" + path
-
-
 class _Hash:
     def __init__(self, data: bytes = b"") -> None:
         self._h = hashlib.sha256(data)
@@ -417,9 +419,11 @@ class MaixPyPersonality:
         self.board = board
         self.options = parse_options(_board_options(board) if options is None else options)
         # SPIFFS/SD contents survive resets of the board, like a real filesystem
-        if not hasattr(board, "maixpy_fs"):
-            board.maixpy_fs = {"/flash/boot.py": bytearray(BOOT_SCRIPTS[self.options.boot])}
-        self.fs: dict[str, bytearray] = board.maixpy_fs
+        # /flash and /sd survive resets of the board, like a real filesystem
+        self.vfs = make_vfs(board, self.options)
+        flash = self.vfs.volumes["/flash"]
+        if self.options.boot_given or "/boot.py" not in flash.files:
+            flash.write("/boot.py", BOOT_SCRIPTS[self.options.boot])
         now = float(getattr(board, "now", 0.0))
         self.t = now
         self.rx = bytearray()
@@ -522,7 +526,7 @@ class MaixPyPersonality:
 
     def _run_boot_py(self) -> None:
         self._emit(b"[sim] MaixPy personality of the virtual K210\r\n")
-        script = bytes(self.fs.get("/flash/boot.py", b""))
+        script = self.vfs.volumes["/flash"].files.get("/boot.py", b"")
         mode = next((m for m, s in BOOT_SCRIPTS.items() if s == script and m != "none"), None)
         if mode is None:
             self._enter_repl()
@@ -657,7 +661,7 @@ class MaixPyPersonality:
 
         b = {k: getattr(builtins, k) for k in _SAFE_BUILTINS}
         b["print"] = self.print
-        b["open"] = lambda path, mode="r": _File(self.fs, _norm_path(path), mode)
+        b["open"] = lambda path, mode="r": VFile(self.vfs, path, mode)
         b["__import__"] = self._import
         return b
 
@@ -705,11 +709,21 @@ class MaixPyPersonality:
         if self.options.v4:
             kpu_mod.set_outputs = kpu.set_outputs
         hash_mod = _Namespace(sha256=_Hash)
+        vfs = self.vfs
         os_mod = _Namespace(
-            listdir=self._listdir,
-            remove=lambda p: self.fs.pop(_norm_path(p)),
+            listdir=vfs.listdir,
+            remove=lambda p: vfs.call("remove", p),
+            mkdir=lambda p: vfs.call("mkdir", p),
+            rmdir=lambda p: vfs.call("rmdir", p),
+            rename=vfs.rename,
+            statvfs=vfs.statvfs,
+            getcwd=lambda: vfs.cwd,
+            chdir=vfs.chdir,
+            sync=lambda: None,
             uname=lambda: ("MaixPy", "MaixPy", "0.6.2-sim", "v0.6.2-sim", "Sipeed_M1"),
         )
+        if vfs.has_stat:  # some MaixPy builds have no os.stat (docs/files.md)
+            os_mod.stat = vfs.stat
         sys_mod = _Namespace(
             platform="MaixPy",
             implementation=_Namespace(name="micropython", version=(0, 6, 2)),
@@ -734,10 +748,6 @@ class MaixPyPersonality:
             "utime": _Namespace(sleep_ms=lambda ms: self.busy(ms / 1000)),
             "machine": _Namespace(unique_id=lambda: bytes(32)),
         }
-
-    def _listdir(self, path: str = "/flash") -> list[str]:
-        pre = _norm_path(path).rstrip("/") + "/"
-        return sorted(p[len(pre) :] for p in self.fs if p.startswith(pre))
 
     # --- flash and deviations ------------------------------------------------------------
 
@@ -791,7 +801,7 @@ def _format_exception(e: BaseException) -> str:
     for frame in traceback.extract_tb(e.__traceback__):
         if frame.filename == "<stdin>":
             line = frame.lineno or 1
-    name = type(e).__name__
+    name = "OSError" if isinstance(e, OSError) else type(e).__name__  # no subclasses there
     if isinstance(e, OSError) and e.errno is not None:
         msg = f"[Errno {e.errno}] {e.strerror}"
     else:
@@ -857,6 +867,7 @@ _SAFE_BUILTINS = [
     "OSError",
     "ImportError",
     "RuntimeError",
+    "NotImplementedError",
     "MemoryError",
     "StopIteration",
     "KeyboardInterrupt",

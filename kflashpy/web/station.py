@@ -428,7 +428,7 @@ def compare_on_board(
             report = compare(
                 repl, model.data, spec, str(path) if path else "random:1", model_name=model.name
             )
-        return report.as_dict()
+        return report.to_dict()
     finally:
         if path is not None:
             path.unlink(missing_ok=True)

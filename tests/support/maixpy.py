@@ -11,16 +11,27 @@ from kflashpy.maixpy.repl import MaixPyRepl
 FLASH_SIZE = 4 << 20
 
 
-def make_flash(tmp_path: Path, regions: dict[int, bytes] | None = None) -> str:
-    """A 4 MiB flash file with a valid boot image at 0 (so the board boots 'MaixPy')."""
-    img = bytearray(b"\xff" * FLASH_SIZE)
+def make_flash(
+    tmp_path: Path,
+    regions: dict[int, bytes] | None = None,
+    size: int = FLASH_SIZE,
+    name: str = "flash.img",
+) -> str:
+    """A flash file (4 MiB unless told) with a valid boot image at 0 (so the board boots
+    'MaixPy')."""
+    img = bytearray(b"\xff" * size)
     fw = wrap_boot_image(b"\x13\x00\x00\x00" * 1024)
     img[: len(fw)] = fw
     for addr, data in (regions or {}).items():
         img[addr : addr + len(data)] = data
-    path = tmp_path / "flash.img"
+    path = tmp_path / name
     path.write_bytes(img)
     return str(path)
+
+
+def flash16(tmp_path: Path) -> str:
+    """A 16 MiB flash with a bootable image: MaixPy's /flash lives at 0xD00000 in it."""
+    return make_flash(tmp_path, size=16 << 20, name="flash16.img")
 
 
 def sim_url(flash: str, **opts: str) -> str:
