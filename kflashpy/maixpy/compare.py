@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -262,7 +263,9 @@ def diff_output(
     exact = host.dtype.kind in "iub"
     atol, rtol = (0.0, 0.0) if exact else (atol, rtol)
     shape = tuple(int(d) for d in host.shape)
-    base = dict(index=index, shape=shape, dtype=str(host.dtype), elements=int(host.size))
+    base: dict[str, Any] = dict(
+        index=index, shape=shape, dtype=str(host.dtype), elements=int(host.size)
+    )
     if len(board_raw) != host.nbytes:
         return OutputDiff(
             **base,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import DeviceError
 
@@ -127,7 +128,12 @@ def board_exception(traceback: str, stdout: bytes = b"", doing: str = "") -> Rep
     m = _LAST_LINE_RE.match(last)
     exc_type, exc_msg = (m.group(1), m.group(2) or "") if m else ("", last)
     where = f" while {doing}" if doing else ""
-    kw = {"traceback": traceback, "stdout": stdout, "exc_type": exc_type, "exc_message": exc_msg}
+    kw: dict[str, Any] = {
+        "traceback": traceback,
+        "stdout": stdout,
+        "exc_type": exc_type,
+        "exc_message": exc_msg,
+    }
     code = kpu_code(last)
     if code is not None:
         known = KPU_ERRORS.get(code)

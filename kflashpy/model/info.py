@@ -161,7 +161,7 @@ def _v4_row(op: Op) -> dict[str, Any]:
     for key, names in (("binary_op", BINARY_OPS), ("unary_op", UNARY_OPS), ("reduce_op", REDUCE_OPS)):  # fmt: skip
         if key in p:
             row["detail"] = names.get(p[key], str(p[key]))
-    if op.opcode == 0x2001:
+    if op.opcode == 0x2001 and out_mr is not None:
         row["device"] = "CPU->KPU"
         row["kpu_ram_end"] = out_mr.start + out_mr.size
     return row
@@ -174,7 +174,7 @@ def _v5_row(op: K210Op) -> dict[str, Any]:
         row["main_mem_out"] = op.params["main_mem_output"].size != 0
         return row
     shape = op.params.get("in_shape") or op.params.get("shape")
-    row["in_shape"] = row["out_shape"] = list(shape)
+    row["in_shape"] = row["out_shape"] = list(shape) if shape is not None else None
     for key in ("input", "output"):
         mr = op.params[key]
         if mr.location == 64:
@@ -205,8 +205,10 @@ def layer_rows(model: KModel) -> list[dict[str, Any]]:
                     rows.append(row)
         return rows
     ops, fmt = (model.layers, _v3_row) if isinstance(model, KModelV3) else (model.nodes, _v4_row)
-    for op in ops:
-        rows.append({"index": op.index, "op": op.name, **fmt(op), "body_size": op.body_size})
+    for layer in ops:
+        rows.append(
+            {"index": layer.index, "op": layer.name, **fmt(layer), "body_size": layer.body_size}
+        )
     return rows
 
 

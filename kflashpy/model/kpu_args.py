@@ -234,7 +234,7 @@ class KpuLayerArgs:
 
     def replace(self, **changes: int) -> KpuLayerArgs:
         """A copy with some fields changed (``raw`` re-encoded to match)."""
-        new = replace(self, **changes)
+        new = replace(self, **changes)  # type: ignore[arg-type]  # int fields only
         return replace(new, raw=new.encode())
 
 

@@ -19,6 +19,7 @@ from .detect import KmodelSignature, detect, swap_words
 from .dispatch import parse, unswap
 from .info import LOAD_FLASH_MAX_HEADER, ram_estimates
 from .v3 import KModelV3
+from .v4 import KModelV4
 
 __all__ = ["FlashPrep", "prep_flash", "MAX_SPI_SPEED", "DEFAULT_SPI_SPEED"]
 
@@ -120,7 +121,8 @@ def prep_flash(
             "burn it as is; --unswap gives the plain file back; --force swaps it again",
         )
     plain = unswap(data) if sig.swapped else data
-    model = parse(plain, source)  # V3 or V4: V5 was refused above
+    model = parse(plain, source)
+    assert isinstance(model, KModelV3 | KModelV4)  # V5 was refused above
     ops = model.layers if isinstance(model, KModelV3) else model.nodes
     main = model.main_mem_usage if isinstance(model, KModelV3) else model.main_mem
     warnings: list[str] = []

@@ -192,15 +192,12 @@ class Core:
         self.clint = Clint(self._mtime)
         self.plic = Plic()
         self.uarths = Uarths(lambda: self.cpu_hz, self._transmit, board.rom.div)
-        self.uarts = {
-            "uarths": self.uarths,
-            **{
-                n: DwUart(n, lambda: self.apb0_hz, self._transmit)
-                for n in ("uart1", "uart2", "uart3")
-            },
+        dw_uarts = {
+            n: DwUart(n, lambda: self.apb0_hz, self._transmit) for n in ("uart1", "uart2", "uart3")
         }
+        self.uarts: dict[str, Uarths | DwUart] = {"uarths": self.uarths, **dw_uarts}
         for bit, name in ((16, "uart1"), (17, "uart2"), (18, "uart3")):
-            self.sysctl.peri_reset_hooks[bit] = self.uarts[name].reset
+            self.sysctl.peri_reset_hooks[bit] = dw_uarts[name].reset
         self.spi3_hz = self.sysctl.spi3_hz()
         self.spi3 = Spi3(
             board.flash, self._time, lambda: self.spi3_hz, self._add_stall, self._skip_until
@@ -428,7 +425,7 @@ class Core:
             t += ((done if done < budget else budget) - self._accounted) / self.cpu_hz
         return t
 
-    def _puller(self, uart: Any) -> Any:
+    def _puller(self, uart: Uarths | DwUart) -> Any:
         """RX delivery for ``uart`` when the guest reads its receive registers: the bytes
         that arrived by the core's current time, so a polled program that reads the
         UART between SPI transfers sees the line as hardware would."""

@@ -74,7 +74,7 @@ class ShaEngine(RegisterFile):
         self._start()
 
     def _start(self) -> None:
-        self._state = _H0
+        self._state: tuple[int, ...] = _H0
         self._buf = bytearray()
         self._done_blocks = 0
 

@@ -377,9 +377,9 @@ class _Kpu:
                 )
             return data.pix_ai.reshape(want).astype(spec.dtype)
         vals = np.asarray(list(data), dtype=np.float32)
-        want = int(np.prod(spec.shape))
-        if vals.size != want:  # MaixPy does not check: it would read past the buffer
-            raise ValueError(f"[MAIXPY]kpu: input list has {vals.size} values, model {want}")
+        count = int(np.prod(spec.shape))
+        if vals.size != count:  # MaixPy does not check: it would read past the buffer
+            raise ValueError(f"[MAIXPY]kpu: input list has {vals.size} values, model {count}")
         return vals.reshape(tuple(int(d) for d in spec.shape)).astype(spec.dtype)
 
     def deinit(self, task) -> None:
@@ -707,7 +707,7 @@ class MaixPyPersonality:
             }
         )
         if self.options.v4:
-            kpu_mod.set_outputs = kpu.set_outputs
+            kpu_mod.set_outputs = kpu.set_outputs  # type: ignore[attr-defined]
         hash_mod = _Namespace(sha256=_Hash)
         vfs = self.vfs
         os_mod = _Namespace(

@@ -24,6 +24,8 @@ _BLOCKING_LIMIT = 3600.0  # a read without timeout gives up after an hour of vir
 class Serial(SerialBase):
     """A serial port connected to a :class:`VirtualBoard`."""
 
+    is_open: bool  # set by SerialBase.__init__ and open()/close()
+
     BAUDRATES = SerialBase.BAUDRATES + (
         750000,
         1000000,

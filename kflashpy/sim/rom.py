@@ -110,7 +110,8 @@ class MaskRom:
                 self._reply(op, Status.BAD_DATA_LEN, t)
                 return
             self.board.sram.write(req.address, req.data)
-            lo = self.board.sram.offset(req.address)
+            lo = self.board.sram.offset(req.address, len(req.data))
+            assert lo is not None  # rom_writable checked the range
             hi = lo + len(req.data)
             if self._written is not None:
                 lo, hi = min(lo, self._written[0]), max(hi, self._written[1])

@@ -86,10 +86,10 @@ def wiring_for(board: str, override: str | None = None) -> Wiring:
             )
         return WIRINGS[name]
     boards = _boards()
-    name = boards.get(board.lower())
-    if name is None:
+    found = boards.get(board.lower())
+    if found is None:
         raise InputError(
             f"unknown board {board!r} for the virtual K210",
             hint=f"use one of: {', '.join(sorted(boards))} (or wiring=rts-reset|dtr-reset|...)",
         )
-    return WIRINGS[name]
+    return WIRINGS[found]
