@@ -261,3 +261,11 @@ def test_cli_fs_commands_and_exec_across_invocations(tmp_path, capsys):
     assert main(["-p", u, "fs", "put", str(big), "/flash/"]) == 1
     assert "nothing was written" in capsys.readouterr().err
     assert main(["-p", u, "fs", "ls", "/etc"]) == 2
+
+
+def test_a_write_that_fills_the_card_fails_on_the_board_with_enospc(board):
+    """What the host check prevents: MaixPy's own ENOSPC, mapped to NoSpaceError."""
+    code = "f=open('/sd/x.bin','wb')\nf.write(bytes(17 << 20))"
+    with pytest.raises(fs.NoSpaceError, match="full"):
+        fs._run(board, code, "/sd/x.bin", "writing")
+    assert fs.stat(board, "/sd/x.bin") == fs.Entry("/sd/x.bin", False, 0)  # truncated by open

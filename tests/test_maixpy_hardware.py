@@ -32,3 +32,17 @@ def test_compare_on_the_board(hw_port, hw_board):
     with open(model, "rb") as f, open_repl(hw_port, reset=True, board=hw_board) as repl:
         rep = compare(repl, f.read(), LoadSpec(addr=addr), "random:1")
     assert rep.passed, rep.to_dict()
+
+
+def test_files_on_the_board_flash(hw_port, hw_board):
+    """A put/get round trip on the real SPIFFS, then the file is removed again."""
+    from kflashpy.maixpy import fs
+
+    data = os.urandom(20_000)
+    with open_repl(hw_port, reset=True, board=hw_board) as repl:
+        fs.write_file(repl, "/flash/kflashpy_hw.bin", data)
+        assert fs.read_file(repl, "/flash/kflashpy_hw.bin") == data
+        assert fs.Entry("/flash/kflashpy_hw.bin", False, len(data)) in fs.ls(repl, "/flash")
+        assert any(u.mount == "/flash" and u.free > 0 for u in fs.df(repl))
+        fs.rm(repl, "/flash/kflashpy_hw.bin")
+        assert fs.stat(repl, "/flash/kflashpy_hw.bin") is None

@@ -86,6 +86,12 @@ def test_keys_in_screen_out_ctrl_c_ctrl_d_and_leave(tmp_path, screens):
     scr.expect(rb"42\r\n>>> ")
     scr.type(b"1/0\r")
     scr.expect(rb"ZeroDivisionError.*?>>> ")
+    scr.type(b"import os; os.listdir('/')\r")  # expression values echo, as on MicroPython
+    scr.expect(rb"\['flash'\]\r\n>>> ")
+    scr.type(b"for i in range(2):\r")  # a compound statement continues with "... "
+    scr.expect(rb"\.\.\. ")
+    scr.type(b"    print('loop', i)\r\r")
+    scr.expect(rb"loop 0\r\nloop 1\r\n>>> ")
     scr.type(b"abc\x03")  # Ctrl-C reaches the board: the line is dropped
     scr.expect(rb"\r\n>>> ")
     scr.type(b"\x04")  # Ctrl-D: MaixPy soft-reboots, the terminal stays

@@ -49,11 +49,11 @@ def register(group: click.Group) -> None:
     @click.option("-r", "--recursive", is_flag=True, help="List subdirectories too.")
     @repl_options
     @click.pass_obj
-    def ls_cmd(s: Session, path, recursive, reset, wait_reset, reset_line, timeout):
+    def ls_cmd(s: Session, path, recursive, reset, wait_reset, reset_seq, timeout):
         """List PATH on the board (default /flash)."""
         from ..maixpy import fs
 
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             entries = fs.ls(repl, path, recursive)
         s.result = {"path": fs.board_path(path), "entries": [e.to_dict() for e in entries]}
         s.table(
@@ -65,11 +65,11 @@ def register(group: click.Group) -> None:
     @click.argument("path")
     @repl_options
     @click.pass_obj
-    def cat_cmd(s: Session, path, reset, wait_reset, reset_line, timeout):
+    def cat_cmd(s: Session, path, reset, wait_reset, reset_seq, timeout):
         """Print a board file (bytes as they are) on stdout."""
         from ..maixpy import fs
 
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             data = fs.read_file(repl, path)
         s.result = {"path": fs.board_path(path), "size": len(data)}
         if not s.json:
@@ -80,11 +80,11 @@ def register(group: click.Group) -> None:
     @click.argument("local", required=False, type=click.Path())
     @repl_options
     @click.pass_obj
-    def get_cmd(s: Session, remote, local, reset, wait_reset, reset_line, timeout):
+    def get_cmd(s: Session, remote, local, reset, wait_reset, reset_seq, timeout):
         """Copy REMOTE (a file, or a directory recursively) to LOCAL (default: here)."""
         from ..maixpy import fs
 
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             done = fs.get(repl, remote, local or ".", s.progress())
         _transfers(s, done, "got")
 
@@ -93,7 +93,7 @@ def register(group: click.Group) -> None:
     @click.argument("remote", default="/flash/")
     @repl_options
     @click.pass_obj
-    def put_cmd(s: Session, local, remote, reset, wait_reset, reset_line, timeout):
+    def put_cmd(s: Session, local, remote, reset, wait_reset, reset_seq, timeout):
         """Copy LOCAL (a file, or a directory recursively) to REMOTE (default /flash/).
 
         A REMOTE that is a directory or ends with / receives LOCAL under its own name.
@@ -101,7 +101,7 @@ def register(group: click.Group) -> None:
         """
         from ..maixpy import fs
 
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             done = fs.put(repl, local, remote, s.progress())
         _transfers(s, done, "put")
 
@@ -110,12 +110,12 @@ def register(group: click.Group) -> None:
     @click.option("-r", "--recursive", is_flag=True, help="Remove directories and their files.")
     @repl_options
     @click.pass_obj
-    def rm_cmd(s: Session, paths, recursive, reset, wait_reset, reset_line, timeout):
+    def rm_cmd(s: Session, paths, recursive, reset, wait_reset, reset_seq, timeout):
         """Remove files (and with -r directories) on the board."""
         from ..maixpy import fs
 
         removed: list[str] = []
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             for p in paths:
                 removed += fs.rm(repl, p, recursive)
         s.result = {"removed": removed}
@@ -126,11 +126,11 @@ def register(group: click.Group) -> None:
     @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
     @repl_options
     @click.pass_obj
-    def mkdir_cmd(s: Session, paths, reset, wait_reset, reset_line, timeout):
+    def mkdir_cmd(s: Session, paths, reset, wait_reset, reset_seq, timeout):
         """Create directories (on /sd: SPIFFS on /flash has none)."""
         from ..maixpy import fs
 
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             made = [fs.mkdir(repl, p) for p in paths]
         s.result = {"created": made}
         for p in made:
@@ -139,11 +139,11 @@ def register(group: click.Group) -> None:
     @fs_group.command("df")
     @repl_options
     @click.pass_obj
-    def df_cmd(s: Session, reset, wait_reset, reset_line, timeout):
+    def df_cmd(s: Session, reset, wait_reset, reset_seq, timeout):
         """Size and free space of /flash and /sd."""
         from ..maixpy import fs
 
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             usage = fs.df(repl)
         s.result = {"filesystems": [u.to_dict() for u in usage]}
         s.table(
@@ -166,7 +166,7 @@ def register(group: click.Group) -> None:
     @click.option("-c", "--code", help="Run this code instead of a SCRIPT file.")
     @repl_options
     @click.pass_obj
-    def exec_cmd(s: Session, script, code, reset, wait_reset, reset_line, timeout):
+    def exec_cmd(s: Session, script, code, reset, wait_reset, reset_seq, timeout):
         """Run SCRIPT (or -c CODE) on the board and stream its output.
 
         --timeout is the longest the script may stay silent. Ctrl-C stops it on the
@@ -192,6 +192,6 @@ def register(group: click.Group) -> None:
             if not s.json:
                 _raw_out(data)
 
-        with _open(s, reset, wait_reset, reset_line, timeout) as repl:
+        with _open(s, reset, wait_reset, reset_seq, timeout) as repl:
             fs.run_script(repl, code, show, timeout)
         s.result = {"output": b"".join(chunks).decode("utf-8", "replace")}

@@ -46,7 +46,7 @@ def monitor(
     s: Session,
     reset: bool = False,
     wait_reset: float = 0.0,
-    reset_line: str | None = None,
+    reset_seq: str | None = None,
     timeout: float = 10.0,
 ) -> int:
     """Run the terminal on the session's port until Ctrl-]; return how often it reconnected."""
@@ -66,7 +66,7 @@ def monitor(
     with ExitStack() as stack:
         port = None
         if reset:  # a fresh interpreter: reset, interrupt _boot.py, back to the >>> prompt
-            repl = stack.enter_context(_open(s, True, wait_reset, reset_line, timeout))
+            repl = stack.enter_context(_open(s, True, wait_reset, reset_seq, timeout))
             repl.exit_raw()
             port = repl.port
             port.write(b"\r")
@@ -82,7 +82,7 @@ def register(group: click.Group) -> None:
     @group.command("repl")
     @repl_options
     @click.pass_obj
-    def repl_cmd(s: Session, reset, wait_reset, reset_line, timeout):
+    def repl_cmd(s: Session, reset, wait_reset, reset_seq, timeout):
         """Interactive terminal to the board's REPL (Ctrl-] leaves).
 
         Keys go to the board as typed: Ctrl-C interrupts a script, Ctrl-D soft-reboots
@@ -93,5 +93,5 @@ def register(group: click.Group) -> None:
         kflashpy -p /dev/ttyUSB0 repl
         kflashpy -p /dev/ttyUSB0 repl --reset     # reset first, skipping boot.py
         """
-        n = monitor(s, reset, wait_reset, reset_line, timeout)
+        n = monitor(s, reset, wait_reset, reset_seq, timeout)
         s.result = {"reconnects": n}

@@ -5,6 +5,8 @@ the virtual one as ``sim://...``); nothing imports the simulator.
 
 - :mod:`.repl`: :class:`~.repl.MaixPyRepl` and :func:`~.repl.open_repl`;
 - :mod:`.board`: flash read/hash through ``Maix.utils.flash_read``, board information;
+- :mod:`.fs`: files on ``/flash`` and ``/sd`` (ls, get, put, rm, mkdir, df) and scripts;
+- :mod:`.terminal`: the interactive terminal of ``kflashpy repl``;
 - :mod:`.compare`: :func:`~.compare.compare` and its report types;
 - :mod:`.errors`: MaixPy's KPU error codes with their likely causes.
 """

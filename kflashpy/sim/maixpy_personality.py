@@ -9,7 +9,8 @@ or traps Ctrl-C, a 2 KiB receive ring that drops what overflows, and a
 receive side that needs time per byte. Code received through the REPL runs in the host's Python against fakes of
 the MaixPy modules kflashpy's driver uses (``KPU``, ``image``, ``Maix.utils``,
 ``uhashlib``, ``ubinascii``, ``ustruct``, ``gc``, ``sys``, ``os``), backed by the
-board's flash and by the host runtime (:mod:`kflashpy.runtime`).
+board's flash and by the host runtime (:mod:`kflashpy.runtime`); ``open()`` and ``os``
+see ``/flash`` and ``/sd`` (:mod:`kflashpy.sim.maixpy_vfs`).
 
 This checks the transport and the comparison, not the runtime's fidelity: the "board"
 outputs ARE the host runtime's outputs, so a comparison passes by construction unless
@@ -24,7 +25,8 @@ a deviation is switched on. Deviations (URL ``maixpy_dev=...``, comma separated)
 
 Other options: ``maixpy_boot=none|loop|trap`` (a boot.py that prints forever;
 ``trap`` also swallows Ctrl-C), ``maixpy_rx_us=20`` (µs the REPL needs per received
-byte), ``maixpy_v4=0`` (a V3-only firmware). The code runs in CPython: connect only
+byte), ``maixpy_v4=0`` (a V3-only firmware), ``maixpy_sd=SIZE|DIR`` and
+``maixpy_sd_size=SIZE`` (an SD card), ``maixpy_stat=0`` (a build without ``os.stat``). The code runs in CPython: connect only
 trusted tools to a virtual board's UART.
 """
 
@@ -35,6 +37,7 @@ import binascii
 import hashlib
 import math
 import struct
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -433,6 +436,7 @@ class MaixPyPersonality:
         self._busy_until = now
         self.phase = "booting"
         self.line = bytearray()
+        self.block: list[str] = []  # lines of a compound statement typed at the >>> prompt
         self.globals: dict = {}
         self.gc_free, self.sys_free = 400_000, 2_000_000
         self._stdout: list[str] = []
@@ -541,6 +545,7 @@ class MaixPyPersonality:
 
     def _enter_repl(self) -> None:
         self.line.clear()
+        self.block.clear()
         if self._after == "raw":
             self.phase = "raw"
             self._emit(RAW_BANNER)
@@ -580,15 +585,23 @@ class MaixPyPersonality:
             self._emit(b"\r\n" + BANNER + b">>> ")
         elif b == 3:
             self.line.clear()
+            self.block.clear()
             self._emit(b"\r\n>>> ")
         elif b == 4:
-            if not self.line:
+            if not self.line and not self.block:
                 self._emit(b"\r\n[MaixPy]: soft reboot\r\n")
                 self._boot(self.t, after="friendly", soft=True)
         elif b == 13:
             src = self.line.decode("utf-8", "replace")
             self.line.clear()
             self._emit(b"\r\n")
+            if (self.block and src.strip()) or (not self.block and src.rstrip().endswith(":")):
+                self.block.append(src)  # a compound statement goes on until an empty line
+                self._emit(b"... ")
+                return
+            if self.block:
+                src = "\n".join(self.block) + "\n"
+                self.block.clear()
             if src.strip():
                 out, err = self._run(src, interactive=True)
                 self._emit(out + err)
@@ -636,16 +649,12 @@ class MaixPyPersonality:
         g.setdefault("__name__", "__main__")
         g["__builtins__"] = self._builtins()
         err = ""
+        shown = sys.displayhook
         try:
-            try:
-                code = compile(src, "<stdin>", "eval" if interactive else "exec")
-                value = eval(code, g)  # noqa: S307 - the virtual board's interpreter
-                if interactive and value is not None:
-                    self.print(repr(value))
-            except SyntaxError:
-                if not interactive:
-                    raise
-                exec(compile(src, "<stdin>", "exec"), g)  # noqa: S102
+            # the friendly REPL echoes expression values, as MicroPython's single-input mode
+            code = compile(src, "<stdin>", "single" if interactive else "exec")
+            sys.displayhook = lambda v: None if v is None else self.print(repr(v))
+            exec(code, g)  # noqa: S102 - the virtual board's interpreter
         except SyntaxError as e:
             err = (
                 f'Traceback (most recent call last):\n  File "<stdin>", line {e.lineno}\n'
@@ -653,6 +662,8 @@ class MaixPyPersonality:
             )
         except BaseException as e:  # noqa: BLE001 - every error goes to the REPL
             err = _format_exception(e)
+        finally:
+            sys.displayhook = shown
         out = "".join(self._stdout)
         return _cooked(out), _cooked(err)
 
