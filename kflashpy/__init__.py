@@ -16,8 +16,9 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from kflashpy.demo import run_demo
-    from kflashpy.image.api import check_layout, image_info, pack, unpack
+    from kflashpy.image.api import check_layout, image_info, merge, pack, unpack
     from kflashpy.image.bootimage import parse_boot_image, unwrap_boot_image, wrap_boot_image
+    from kflashpy.image.flashmap import flash_map_svg
     from kflashpy.image.kfpkg import read_kfpkg, write_kfpkg
     from kflashpy.image.plan import FlashItem, FlashPlan, plan_flash
     from kflashpy.isp.api import burn, burn_plan, erase, load_ram, plan_burn, reboot
@@ -45,6 +46,7 @@ EXPORTS: dict[str, str] = {
     "check_layout": "kflashpy.image.api",
     "pack": "kflashpy.image.api",
     "unpack": "kflashpy.image.api",
+    "merge": "kflashpy.image.api",
     "read_kfpkg": "kflashpy.image.kfpkg",
     "write_kfpkg": "kflashpy.image.kfpkg",
     "plan_flash": "kflashpy.image.plan",
@@ -103,6 +105,7 @@ __all__ = [
     "erase",
     "erase_on",
     "flash_id",
+    "flash_map_svg",
     "get_board",
     "get_firmware",
     "image_info",
@@ -110,6 +113,7 @@ __all__ = [
     "load_firmwares",
     "load_key",
     "load_ram",
+    "merge",
     "model_info",
     "open_repl",
     "pack",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .api import check_layout, image_info, load_items, merge, pack, unpack
+    from .api import check_layout, image_info, load_items, pack, unpack
     from .bootimage import BootImage, parse_boot_image, unwrap_boot_image, wrap_boot_image
     from .content import ContentInfo, detect_content
     from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, write_kfpkg
@@ -30,7 +30,6 @@ EXPORTS: dict[str, str] = {
     "check_layout": ".api",
     "image_info": ".api",
     "load_items": ".api",
-    "merge": ".api",
     "pack": ".api",
     "unpack": ".api",
     "BootImage": ".bootimage",
@@ -63,7 +62,6 @@ __all__ = [
     "detect_content",
     "image_info",
     "load_items",
-    "merge",
     "pack",
     "parse_boot_image",
     "plan_flash",

@@ -42,7 +42,7 @@ RAW_BANNER = b"raw REPL; CTRL-B to exit\r\n>"
 #: printed by the frozen _boot.py; Ctrl-C in the next 200 ms skips boot.py and main.py
 INIT_END = b"[MaixPy] init end"
 SOFT_REBOOT = b"soft reboot\r\n"
-#: the K210 ROM's line when flash holds no bootable image (maixpy_runtime_side.md §2)
+#: the K210 ROM's line when flash holds no bootable image (docs/compare.md)
 ROM_BOOT_FAILED = b"boot failed with exit code"
 FRIENDLY_PROMPT = b">>> "
 
