@@ -31,6 +31,7 @@ COMMAND_MODULES: list[str] = [
     "run",
     "flashops",
     "demo",
+    "station",
 ]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
