@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import json
 import random
 import threading
@@ -118,13 +119,19 @@ def test_two_workers_never_open_one_port(tmp_path, monkeypatch) -> None:
         run_on_boards([str(dev), str(link)], parallel.flash_id_operation())
 
 
-def test_stop_event_interrupts_every_board_cleanly(tmp_path) -> None:
+@pytest.mark.parametrize("how", ["stop event", "Ctrl-C"])
+def test_stop_interrupts_every_board_cleanly(tmp_path, how) -> None:
     plan = api.plan_burn([(ADDR, DATA)], board="maix-bit")
-    stop = threading.Event()
+    stop, fired = threading.Event(), threading.Event()
 
     def update(row: BoardRow, ev) -> None:
-        if ev is not None and ev.stage == "write" and ev.done:
-            stop.set()
+        if ev is not None and ev.stage == "write" and not fired.is_set():
+            fired.set()
+            if how == "Ctrl-C":
+                _thread.interrupt_main()  # KeyboardInterrupt in the waiting main thread
+                stop.wait(30)  # until the main thread has seen it and set the stop
+            else:
+                stop.set()
 
     ports = [_url(tmp_path, n) for n in (1, 2)]
     res = run_on_boards(ports, parallel.burn_operation(plan), on_update=update, stop=stop,

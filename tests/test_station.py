@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import csv
 import io
 import json
@@ -150,19 +151,25 @@ def test_one_worker_per_port(tmp_path, monkeypatch) -> None:
     assert opened == [str(tmp_path / "link-a")] == started
 
 
-def test_stop_interrupts_a_burn_and_the_report_is_complete(tmp_path) -> None:
+@pytest.mark.parametrize("how", ["stop event", "Ctrl-C"])
+def test_stop_interrupts_a_burn_and_the_report_is_complete(tmp_path, how) -> None:
     plan = load_station_plan(_plan_file(tmp_path))
     bench = Bench()
     bench.plug(_url(tmp_path, 1))
-    stop = threading.Event()
+    stop, fired = threading.Event(), threading.Event()
     with YieldReport(tmp_path / "yield") as report:
         st = Station(plan, bench, report=report, log_dir=tmp_path / "logs", poll=0.02, stop=stop)
         original = st._operation
 
         def stop_mid_write(dev, progress, row):
             def watch(ev):
-                if ev.stage == "write" and ev.done:
-                    stop.set()  # what Ctrl-C does in the CLI
+                if ev.stage == "write" and not fired.is_set():
+                    fired.set()
+                    if how == "Ctrl-C":
+                        _thread.interrupt_main()  # KeyboardInterrupt in the station's loop
+                        stop.wait(30)  # until the main thread has seen it and set the stop
+                    else:
+                        stop.set()
                 progress(ev)
 
             return original(dev, watch, row)

@@ -335,29 +335,35 @@ def run_on_boards(
         seen.add(port_key(port))
     stop = stop or threading.Event()
     rows = [BoardRow(n, port) for n, port in enumerate(ports)]
-    workers = [
-        threading.Thread(
-            target=run_board,
-            args=(row, operation),
-            kwargs=dict(on_update=on_update, stop=stop, **connect_options),
-            name=f"board-{row.index}",
-            daemon=True,
-        )
-        for row in rows
-    ]
-    for w in workers:
-        w.start()
+    done = [threading.Event() for _ in rows]
+
+    def work(row: BoardRow) -> None:
+        try:
+            run_board(row, operation, on_update=on_update, stop=stop, **connect_options)
+        finally:
+            done[row.index].set()
+
+    for row in rows:
+        threading.Thread(target=work, args=(row,), name=f"board-{row.index}", daemon=True).start()
     interrupted = False
     try:
-        for w in workers:
-            while w.is_alive():
-                w.join(0.2)  # wakes up for Ctrl-C (a bare join() would not)
+        wait_all(done)
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
-        for w in workers:
-            w.join()
+        wait_all(done)
     return ParallelResult(name, rows, interrupted or stop.is_set())
+
+
+def wait_all(events: Sequence[threading.Event]) -> None:
+    """Wait until every event is set, in short waits that let Ctrl-C through.
+
+    (Events rather than ``Thread.join``: a join cut short by Ctrl-C can leave the thread
+    looking finished while it still runs.)
+    """
+    for event in events:
+        while not event.wait(0.2):
+            pass
 
 
 # ---------------------------------------------------------------- operations

@@ -47,7 +47,7 @@ from .api import erase_device, plan_burn, regions_of
 from .burn import BurnResult, burn_on
 from .connect import Device
 from .flashops import VerifyResult, verify_on
-from .parallel import BoardRow, port_key, release, run_board, try_claim
+from .parallel import BoardRow, port_key, release, run_board, try_claim, wait_all
 from .ports import candidates
 
 #: a port source: the ports present right now
@@ -396,7 +396,13 @@ class Station:
         self._operation = station_operation(plan)
         self._seq = 0
 
-    def _worker(self, row: BoardRow) -> None:
+    def _worker(self, row: BoardRow, done: threading.Event) -> None:
+        try:
+            self._burn(row)
+        finally:
+            done.set()
+
+    def _burn(self, row: BoardRow) -> None:
         log = _BoardLog(self.log_dir / f"board-{row.index:04d}.log")
         log.line(f"port {row.port}; plan {self.plan.source}")
         start = _now()
@@ -416,15 +422,19 @@ class Station:
         self.report.add(record)
         self.on_event("done", record)
 
-    def _start(self, port: str) -> threading.Thread | None:
+    def _start(self, port: str) -> threading.Event | None:
+        """Start a worker on ``port``; returns the event it sets when done."""
         if not try_claim(port):  # another worker of this process drives it
             return None
         self._seq += 1
         row = BoardRow(self._seq, port)
-        worker = threading.Thread(target=self._worker, args=(row,), name=f"station-{self._seq}")
+        done = threading.Event()
+        worker = threading.Thread(
+            target=self._worker, args=(row, done), name=f"station-{self._seq}", daemon=True
+        )
         worker.start()
         self.on_event("start", row)
-        return worker
+        return done
 
     def _present(self) -> dict[str, str]:
         present: dict[str, str] = {}
@@ -433,7 +443,7 @@ class Station:
         return present
 
     def run(self) -> StationSummary:
-        active: dict[str, threading.Thread] = {}
+        active: dict[str, threading.Event] = {}  # port -> its worker's "done"
         plugged: set[str] = set()  # done, waiting to be unplugged
         self.on_event("waiting", None)
         try:
@@ -442,8 +452,8 @@ class Station:
                 for key in plugged - present.keys():
                     self.on_event("unplugged", key)
                 plugged &= present.keys()
-                for key, worker in list(active.items()):
-                    if not worker.is_alive():
+                for key, done in list(active.items()):
+                    if done.is_set():
                         del active[key]
                         plugged.add(key)
                 full = self.max_boards is not None and self._seq >= self.max_boards
@@ -452,15 +462,14 @@ class Station:
                 for key, port in present.items():
                     if full or key in active or key in plugged:
                         continue
-                    worker = self._start(port)
-                    if worker is not None:
-                        active[key] = worker
+                    done = self._start(port)
+                    if done is not None:
+                        active[key] = done
                         full = self.max_boards is not None and self._seq >= self.max_boards
                 self.stop.wait(self.poll)
         except KeyboardInterrupt:
             pass
         finally:
             self.stop.set()
-            for worker in active.values():
-                worker.join()
+            wait_all(list(active.values()))
         return self.report.summary()
