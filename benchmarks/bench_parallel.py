@@ -110,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     cpu.install()
     run(1, data[:4096], args.baud, cpu)  # warm-up: imports and one-time set-up, not measured
     print(f"payload {len(data)} B at 0x{ADDRESS:X}, {args.baud} baud, sim:// boards in-process")
-    head = "N  virtual s/board (min..max)  vs solo  host wall s  client CPU s/MB  board thread CPU s/MB"
+    head = (
+        "N  virtual s/board (min..max)  vs solo  host wall s  process CPU s  "
+        "client CPU s/MB  board thread CPU s/MB"
+    )
     print(head)
     rows, solo, ok = [], None, True
     for n in counts:
@@ -122,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = min(row["virtual_s"]), max(row["virtual_s"])
         print(
             f"{n:<2} {lo:>10.4f}..{hi:<10.4f}       {worst * 100:6.2f} %  "
-            f"{row['host_wall_s']:>10.2f}  {row['client_cpu_s_per_mb']:>15.4f}  "
+            f"{row['host_wall_s']:>10.2f}  {row['process_cpu_s']:>13.2f}  "
+            f"{row['client_cpu_s_per_mb']:>15.4f}  "
             f"{row['board_thread_cpu_s_per_mb']:>21.3f}"
         )
         rows.append(row)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import io
 import json
 import random
 import threading
@@ -154,3 +155,26 @@ def test_ports_auto_and_usage(monkeypatch, capsys) -> None:
     assert main(["-p", "a", "-p", "b", "reboot"]) == 2
     assert "reboot works on one board" in capsys.readouterr().err
     assert main(["-p", "a", "--ports", "auto", "flash-id"]) == 2
+
+
+def test_live_table_redraws_in_place_on_a_terminal(monkeypatch) -> None:
+    from kflashpy.cli import parallel as view
+    from kflashpy.cli.session import Session
+    from kflashpy.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Tty()
+    monkeypatch.setattr(view.sys, "stderr", err)
+    live = view.LiveView(Session(), ["/dev/ttyUSB0", "/dev/ttyUSB1"])
+    row = BoardRow(0, "/dev/ttyUSB0", board="maix-bit", unique_id="00aa", stage="write")
+    row.done, row.total, row.bytes_per_second = 50, 200, 2048.0
+    live(row, Progress("write", 50, 200))
+    row.status, row.stage = "ok", "done"
+    live(row, None)  # the end of a board redraws at once
+    first, second = err.getvalue().split("\x1b[3F")  # the second draw moves up 3 lines
+    assert "flash unique id" in first and "25%" in first and "2.0 KiB/s" in first
+    assert "/dev/ttyUSB1" in first and "waiting" in first
+    assert "ok" in second.splitlines()[1]

@@ -16,7 +16,6 @@ from typing import Any
 from ..isp import parallel
 from ..isp.parallel import BoardRow
 from ..progress import Progress
-from ..units import fmt_size
 from .session import Session
 
 HEADERS = ("port", "board", "flash unique id", "stage", "progress", "speed", "result")
@@ -26,7 +25,7 @@ REDRAW_S = 0.1
 
 def row_cells(row: BoardRow) -> list[str]:
     progress = f"{row.done * 100 // row.total}%" if row.total else ""
-    speed = f"{fmt_size(int(row.bytes_per_second))}/s" if row.bytes_per_second else ""
+    speed = f"{row.bytes_per_second / 1024:.1f} KiB/s" if row.bytes_per_second else ""
     result = row.status if row.status != "running" else ""
     if row.error:
         result += f": {row.error['message']}"
