@@ -90,8 +90,7 @@ def cli(
     if verbose and quiet:
         raise click.UsageError("-v/--verbose and -q/--quiet cannot be used together")
     s: Session = ctx.ensure_object(Session)
-    s.set_ports(port, ports, ctx.invoked_subcommand)
-    s.baud, s.board = baud, board
+    s.port, s.ports, s.baud, s.board = port, ports, baud, board
     s.json, s.verbose, s.quiet = as_json, verbose, quiet
     s.color, s.show_progress = color, not no_progress
 

@@ -129,16 +129,16 @@ def burn_cmd(s: Session, args, addr, firmware, layout, force, reboot, stub, rese
         s.warn(f.message)
     for r in plan.writes:
         s.info(f"{r.label}: {fmt_size(r.size)} at {fmt_addr(r.address)}")
-    connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
     if s.several_boards:
-        run_parallel(s, "burn", parallel.burn_operation(plan, reboot=reboot), connection)
+        op = parallel.burn_operation(plan, reboot=reboot)
+        run_parallel(s, "burn", op, stub=stub, reset_seq=reset_seq, rom_baud=rom_baud)
         return
     progress = s.progress()
     result = api.burn_plan(
         plan,
         reboot=reboot,
         progress=progress,
-        **connection,
+        **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     warned = {f.message for f in plan.warnings}
     for note in result.notes if progress is None else ():  # else shown as they happened
@@ -168,8 +168,8 @@ def erase_cmd(s: Session, addr, size, whole, reboot, stub, reset_seq, rom_baud):
     if not whole and (addr is None or size is None):
         raise UsageError("--addr and --size go together")
     if s.several_boards:
-        connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
-        run_parallel(s, "erase", parallel.erase_operation(addr, size, reboot=reboot), connection)
+        op = parallel.erase_operation(addr, size, reboot=reboot)
+        run_parallel(s, "erase", op, stub=stub, reset_seq=reset_seq, rom_baud=rom_baud)
         return
     res = api.erase(
         addr,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any
 
+from ..errors import UsageError
 from ..isp import parallel
 from ..isp.parallel import BoardRow
 from ..progress import Progress
@@ -76,11 +76,15 @@ class LiveView:
 
 
 def run_parallel(
-    s: Session, name: str, operation: parallel.Operation, connection: dict[str, Any]
+    s: Session, name: str, operation: parallel.Operation, *, stub, reset_seq, rom_baud
 ) -> parallel.ParallelResult:
     """Run ``operation`` on every board of the session; render; raise the worst error."""
-    ports = parallel.auto_ports() if s.auto_ports else list(s.ports)
-    options = {k: v for k, v in connection.items() if k not in ("port", "trace")}
+    if s.ports == "auto" and s.port_list:
+        raise UsageError("give either -p PORT... or --ports auto, not both")
+    ports = parallel.auto_ports() if s.ports == "auto" else list(s.port_list)
+    options = dict(
+        board=s.board, baud=s.baud, stub=stub, reset_sequence=reset_seq, rom_baud=rom_baud
+    )
     view = LiveView(s, ports)
     result = parallel.run_on_boards(ports, operation, name=name, on_update=view, **options)
     s.table(HEADERS[:3] + ("seconds", "result"), [_final(row) for row in result.boards])

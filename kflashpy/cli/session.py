@@ -21,7 +21,8 @@ from ..progress import Progress, ProgressFn
 
 JSON_SCHEMA = {"major": 1, "minor": 0}
 
-#: commands that run on every board of -p PORT -p PORT... / --ports auto at once
+#: commands that run on every board of -p PORT -p PORT... / --ports auto at once (they
+#: check :attr:`Session.several_boards`; every other command reads :attr:`Session.port`)
 MULTI_BOARD_COMMANDS = frozenset({"burn", "verify", "erase", "read", "flash-id"})
 
 
@@ -29,10 +30,9 @@ MULTI_BOARD_COMMANDS = frozenset({"burn", "verify", "erase", "read", "flash-id"}
 class Session:
     """Global options and the outcome of the command being run."""
 
-    port: str | None = None
     #: every -p given (several: the board commands run on all of them at once)
-    ports: tuple[str, ...] = ()
-    auto_ports: bool = False  # --ports auto
+    port_list: tuple[str, ...] = ()
+    ports: str | None = None  # --ports auto
     baud: int | None = None
     board: str | None = None
     json: bool = False
@@ -43,21 +43,27 @@ class Session:
     result: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
 
-    def set_ports(self, ports: tuple[str, ...], auto: str | None, command: str | None) -> None:
-        """Take -p (repeatable) and --ports; only the multi-board commands accept several."""
-        self.ports, self.auto_ports = ports, auto == "auto"
-        self.port = ports[0] if len(ports) == 1 else None
-        if self.several_boards and command not in MULTI_BOARD_COMMANDS:
+    @property
+    def port(self) -> str | None:
+        """The port of a single-board command (None: auto-detect); several are refused."""
+        if self.several_boards:
             raise click.UsageError(
-                f"{command} works on one board: give -p once "
-                f"(several boards: {', '.join(sorted(MULTI_BOARD_COMMANDS))})"
+                "this command works on one board: give -p once (several boards at once: "
+                f"{', '.join(sorted(MULTI_BOARD_COMMANDS))})"
             )
-        if self.auto_ports and ports:
-            raise click.UsageError("give either -p PORT... or --ports auto, not both")
+        return self.port_list[0] if self.port_list else None
+
+    @port.setter
+    def port(self, value: str | Sequence[str] | None) -> None:
+        """-p: one port, or the tuple of a repeated -p."""
+        if value is None or isinstance(value, str):
+            self.port_list = (value,) if value else ()
+        else:
+            self.port_list = tuple(value)
 
     @property
     def several_boards(self) -> bool:
-        return self.auto_ports or len(self.ports) > 1
+        return self.ports == "auto" or len(self.port_list) > 1
 
     # --- colour -------------------------------------------------------------------
 

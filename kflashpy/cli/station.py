@@ -67,7 +67,7 @@ def station_cmd(s: Session, plan, watch, report_prefix, log_dir, max_boards, pol
     (flash unique id + JEDEC id); a failing board never stops the others; a board is
     burned again only after it was unplugged.
     """
-    if s.ports or s.auto_ports:
+    if s.port_list or s.ports:
         raise UsageError("station finds its boards itself", "use --watch usb or --watch GLOB")
     if max_boards is not None and max_boards < 1:
         raise UsageError("--max-boards must be at least 1")
