@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import _thread
+import io
 import json
 import random
 import threading
@@ -119,13 +121,19 @@ def test_two_workers_never_open_one_port(tmp_path, monkeypatch) -> None:
         run_on_boards([str(dev), str(link)], parallel.flash_id_operation())
 
 
-def test_stop_event_interrupts_every_board_cleanly(tmp_path) -> None:
+@pytest.mark.parametrize("how", ["stop event", "Ctrl-C"])
+def test_stop_interrupts_every_board_cleanly(tmp_path, how) -> None:
     plan = api.plan_burn([(ADDR, DATA)], board="maix-bit")
-    stop = threading.Event()
+    stop, fired = threading.Event(), threading.Event()
 
     def update(row: BoardRow, ev) -> None:
-        if ev is not None and ev.stage == "write" and ev.done:
-            stop.set()
+        if ev is not None and ev.stage == "write" and not fired.is_set():
+            fired.set()
+            if how == "Ctrl-C":
+                _thread.interrupt_main()  # KeyboardInterrupt in the waiting main thread
+                stop.wait(30)  # until the main thread has seen it and set the stop
+            else:
+                stop.set()
 
     ports = [_url(tmp_path, n) for n in (1, 2)]
     res = run_on_boards(ports, parallel.burn_operation(plan), on_update=update, stop=stop,
@@ -146,5 +154,28 @@ def test_ports_auto_and_usage(monkeypatch, capsys) -> None:
     with pytest.raises(PortError, match="--ports auto"):
         parallel.auto_ports()
     assert main(["-p", "a", "-p", "b", "reboot"]) == 2
-    assert "reboot works on one board" in capsys.readouterr().err
+    assert "this command works on one board" in capsys.readouterr().err
     assert main(["-p", "a", "--ports", "auto", "flash-id"]) == 2
+
+
+def test_live_table_redraws_in_place_on_a_terminal(monkeypatch) -> None:
+    from kflashpy.cli import parallel as view
+    from kflashpy.cli.session import Session
+    from kflashpy.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Tty()
+    monkeypatch.setattr(view.sys, "stderr", err)
+    live = view.LiveView(Session(), ["/dev/ttyUSB0", "/dev/ttyUSB1"])
+    row = BoardRow(0, "/dev/ttyUSB0", board="maix-bit", unique_id="00aa", stage="write")
+    row.done, row.total, row.bytes_per_second = 50, 200, 2048.0
+    live(row, Progress("write", 50, 200))
+    row.status, row.stage = "ok", "done"
+    live(row, None)  # the end of a board redraws at once
+    first, second = err.getvalue().split("\x1b[3F")  # the second draw moves up 3 lines
+    assert "flash unique id" in first and "25%" in first and "2.0 KiB/s" in first
+    assert "/dev/ttyUSB1" in first and "waiting" in first
+    assert "ok" in second.splitlines()[1]

@@ -35,6 +35,7 @@ COMMAND_MODULES: list[str] = [
     "gui",
     "fs",
     "repl",
+    "station",
 ]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

@@ -120,7 +120,7 @@ def _trace(s: Session):
 def _connection(s: Session, reset_seq, rom_baud, **extra) -> api.ConnectOptions:
     """How to reach the board, from the global options."""
     return api.ConnectOptions(
-        port=None if s.several_boards else s.port,  # several: each worker sets its own
+        port=s.port,
         board=s.board,
         reset_sequence=reset_seq,
         rom_baud=rom_baud,
@@ -231,10 +231,9 @@ def burn_cmd(
         s.warn(f.message)
     for r in plan.writes:
         s.info(f"{r.label}: {fmt_size(r.size)} at {fmt_addr(r.address)}")
-    connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
     if s.several_boards:
         op = parallel.burn_operation(plan, reboot=_reboot(after, reboot), erase_all=erase_all)
-        run_parallel(s, "burn", op, connection)
+        run_parallel(s, "burn", op, stub=stub, reset_seq=reset_seq, rom_baud=rom_baud)
         return
     progress = s.progress()
     result = api.burn_plan(
@@ -242,7 +241,7 @@ def burn_cmd(
         reboot=_reboot(after, reboot),
         erase_all=erase_all,
         progress=progress,
-        connection=connection,
+        connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     warned = {f.message for f in plan.warnings}
     for note in result.notes if progress is None else ():  # else shown as they happened
@@ -277,8 +276,8 @@ def erase_cmd(s: Session, addr, size, whole, reboot, after, stub, reset_seq, rom
     if not whole and (addr is None or size is None):
         raise UsageError("--addr and --size go together")
     if s.several_boards:
-        connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
-        run_parallel(s, "erase", parallel.erase_operation(addr, size, reboot=reboot), connection)
+        op = parallel.erase_operation(addr, size, reboot=reboot)
+        run_parallel(s, "erase", op, stub=stub, reset_seq=reset_seq, rom_baud=rom_baud)
         return
     res = api.erase(
         addr,

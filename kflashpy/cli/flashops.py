@@ -48,7 +48,7 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
     """
     if s.several_boards:
         op = parallel.read_operation(addr, size, output)
-        run_parallel(s, "read", op, _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub))
+        run_parallel(s, "read", op, stub=stub, reset_seq=reset_seq, rom_baud=rom_baud)
         return
     res = flashops.read_flash(
         addr,
@@ -88,7 +88,7 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
         return
     if s.several_boards:
         op = parallel.verify_operation(pairs(args))
-        run_parallel(s, "verify", op, _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub))
+        run_parallel(s, "verify", op, stub=stub, reset_seq=reset_seq, rom_baud=rom_baud)
         return
     res = flashops.verify_flash(
         pairs(args),
@@ -116,8 +116,7 @@ def flash_id_cmd(s: Session, stub, reset_seq, rom_baud):
     """Show the flash chip's JEDEC id, size and unique id."""
     if s.several_boards:
         op = parallel.flash_id_operation()
-        connection = _connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
-        run_parallel(s, "flash-id", op, connection)
+        run_parallel(s, "flash-id", op, stub=stub, reset_seq=reset_seq, rom_baud=rom_baud)
         return
     res = flashops.flash_id(
         progress=s.progress(),

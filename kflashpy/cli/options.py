@@ -28,9 +28,7 @@ NOTE = "Global options (-p, -b, -B, --json, -v, -q, --no-progress, --color) work
 def apply_global(s: Session, name: str, value: Any, *, added: bool = False) -> None:
     """Set one global option on the session (``added``: a second -v or -p adds to the first)."""
     if name == "port":  # repeatable: a -p after the command adds a board
-        s.ports = (*s.ports, *value) if added else tuple(value)
-    elif name == "ports":
-        s.auto_ports = s.auto_ports or value == "auto"
+        s.port = (*s.port_list, *value) if added else value
     elif name == "no_progress":
         s.show_progress = not value
     elif name == "as_json":

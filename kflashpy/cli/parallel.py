@@ -12,13 +12,11 @@ import sys
 import threading
 import time
 
-import click
-
+from ..errors import UsageError
 from ..isp import parallel
 from ..isp.connect import ConnectOptions
 from ..isp.parallel import BoardRow
 from ..progress import Progress
-from ..units import fmt_size
 from .session import Session
 
 HEADERS = ("port", "board", "flash unique id", "stage", "progress", "speed", "result")
@@ -28,7 +26,7 @@ REDRAW_S = 0.1
 
 def row_cells(row: BoardRow) -> list[str]:
     progress = f"{row.done * 100 // row.total}%" if row.total else ""
-    speed = f"{fmt_size(int(row.bytes_per_second))}/s" if row.bytes_per_second else ""
+    speed = f"{row.bytes_per_second / 1024:.1f} KiB/s" if row.bytes_per_second else ""
     result = row.status if row.status != "running" else ""
     if row.error:
         result += f": {row.error['message']}"
@@ -79,12 +77,15 @@ class LiveView:
 
 
 def run_parallel(
-    s: Session, name: str, operation: parallel.Operation, connection: ConnectOptions
+    s: Session, name: str, operation: parallel.Operation, *, stub, reset_seq, rom_baud
 ) -> parallel.ParallelResult:
     """Run ``operation`` on every board of the session; render; raise the worst error."""
-    if s.auto_ports and s.ports:
-        raise click.UsageError("give either -p PORT... or --ports auto, not both")
-    ports = parallel.auto_ports() if s.auto_ports else list(s.ports)
+    if s.ports == "auto" and s.port_list:
+        raise UsageError("give either -p PORT... or --ports auto, not both")
+    ports = parallel.auto_ports() if s.ports == "auto" else list(s.port_list)
+    connection = ConnectOptions(
+        board=s.board, baud=s.baud, stub=stub, reset_sequence=reset_seq, rom_baud=rom_baud
+    )
     view = LiveView(s, ports)
     result = parallel.run_on_boards(
         ports, operation, name=name, on_update=view, connection=connection

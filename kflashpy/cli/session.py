@@ -21,7 +21,8 @@ from ..progress import Progress, ProgressFn
 
 JSON_SCHEMA = {"major": 1, "minor": 0}
 
-#: commands that run on every board of -p PORT -p PORT... / --ports auto at once
+#: commands that run on every board of -p PORT -p PORT... / --ports auto at once (they
+#: check :attr:`Session.several_boards`; every other command reads :attr:`Session.port`)
 MULTI_BOARD_COMMANDS = frozenset({"burn", "verify", "erase", "read", "flash-id"})
 
 
@@ -30,8 +31,8 @@ class Session:
     """Global options and the outcome of the command being run."""
 
     #: every -p given (several: the board commands run on all of them at once)
-    ports: tuple[str, ...] = ()
-    auto_ports: bool = False  # --ports auto
+    port_list: tuple[str, ...] = ()
+    ports: str | None = None  # --ports auto
     baud: int | None = None
     board: str | None = None
     json: bool = False
@@ -51,14 +52,22 @@ class Session:
             ctx = click.get_current_context(silent=True)
             command = ctx.command_path.removeprefix("kflashpy ") if ctx else "this command"
             raise click.UsageError(
-                f"{command} works on one board: give -p once "
-                f"(several boards: {', '.join(sorted(MULTI_BOARD_COMMANDS))})"
+                f"{command} works on one board: give -p once (several boards at once: "
+                f"{', '.join(sorted(MULTI_BOARD_COMMANDS))})"
             )
-        return self.ports[0] if self.ports else None
+        return self.port_list[0] if self.port_list else None
+
+    @port.setter
+    def port(self, value: str | Sequence[str] | None) -> None:
+        """-p: one port, or the tuple of a repeated -p."""
+        if value is None or isinstance(value, str):
+            self.port_list = (value,) if value else ()
+        else:
+            self.port_list = tuple(value)
 
     @property
     def several_boards(self) -> bool:
-        return self.auto_ports or len(self.ports) > 1
+        return self.ports == "auto" or len(self.port_list) > 1
 
     # --- colour -------------------------------------------------------------------
 

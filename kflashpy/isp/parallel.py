@@ -66,22 +66,33 @@ def port_key(port: str) -> str:
     return port if "://" in port else os.path.realpath(port)
 
 
-@contextlib.contextmanager
-def claim_port(port: str) -> Iterator[None]:
-    """Hold ``port`` for one worker of this process; a second claim fails at once."""
+def try_claim(port: str) -> bool:
+    """Claim ``port`` for one worker of this process; False if another holds it."""
     key = port_key(port)
     with _claims_lock:
         if key in _claimed:
-            raise PortError(
-                f"{port} is already being driven by another worker",
-                "one worker per port: wait for it to finish (or give each port once)",
-            )
+            return False
         _claimed.add(key)
+        return True
+
+
+def release(port: str) -> None:
+    with _claims_lock:
+        _claimed.discard(port_key(port))
+
+
+@contextlib.contextmanager
+def claim_port(port: str) -> Iterator[None]:
+    """Hold ``port`` for one worker of this process; a second claim fails at once."""
+    if not try_claim(port):
+        raise PortError(
+            f"{port} is already being driven by another worker",
+            "one worker per port: wait for it to finish (or give each port once)",
+        )
     try:
         yield
     finally:
-        with _claims_lock:
-            _claimed.discard(key)
+        release(port)
 
 
 def auto_ports() -> list[str]:
@@ -93,6 +104,16 @@ def auto_ports() -> list[str]:
             "plug the boards in (see `kflashpy ports`), or name them with -p PORT -p PORT",
         )
     return found
+
+
+class BoardsFailed(KflashError):
+    """Some boards of a multi-board run failed; the exit code is the worst board's."""
+
+    kind = "boards"
+
+    def __init__(self, message: str, hint: str, exit_code: int) -> None:
+        super().__init__(message, hint)
+        self.exit_code = exit_code
 
 
 #: result words of a finished board, by exit code
@@ -193,13 +214,12 @@ class ParallelResult:
         bad = [b for b in self.boards if b.exit_code != EXIT_OK]
         if not bad:
             return None
-        err = KflashError(
+        return BoardsFailed(
             f"{len(bad)} of {len(self.boards)} boards failed: "
             + "; ".join(f"{b.port}: {b.error['message'] if b.error else b.status}" for b in bad),
             "the table shows each board's result; rerun on the failed ports",
+            self.exit_code,
         )
-        err.exit_code, err.kind = self.exit_code, "boards"
-        return err
 
 
 #: what the workers run on each connected board; it may use the row (index, unique id)
@@ -246,19 +266,22 @@ def run_board(
     *,
     on_update: UpdateFn | None = None,
     stop: threading.Event | None = None,
+    claimed: bool = False,
     connection: ConnectOptions | None = None,
 ) -> BoardRow:
     """Claim the row's port, connect, identify the flash and run ``operation``; never raises.
 
     Errors end up in the row (``status``, ``exit_code``, ``error`` with its hint).
+    ``claimed``: the caller already holds the port's claim (:func:`try_claim`).
     """
     stop = stop or threading.Event()
     tracker = _Tracker(row, on_update, stop)
     host0, cpu0 = time.monotonic(), time.thread_time()
     row.status = "running"
     try:
+        claim = contextlib.nullcontext() if claimed else claim_port(row.port)
         options = replace(connection or ConnectOptions(), port=row.port, trace=None)
-        with claim_port(row.port), options.connect(tracker) as dev:
+        with claim, options.connect(tracker) as dev:
             tracker.dev = dev
             start = dev.link.now()
             row.board = dev.board.id
@@ -315,29 +338,35 @@ def run_on_boards(
         seen.add(port_key(port))
     stop = stop or threading.Event()
     rows = [BoardRow(n, port) for n, port in enumerate(ports)]
-    workers = [
-        threading.Thread(
-            target=run_board,
-            args=(row, operation),
-            kwargs=dict(on_update=on_update, stop=stop, connection=connection),
-            name=f"board-{row.index}",
-            daemon=True,
-        )
-        for row in rows
-    ]
-    for w in workers:
-        w.start()
+    done = [threading.Event() for _ in rows]
+
+    def work(row: BoardRow) -> None:
+        try:
+            run_board(row, operation, on_update=on_update, stop=stop, connection=connection)
+        finally:
+            done[row.index].set()
+
+    for row in rows:
+        threading.Thread(target=work, args=(row,), name=f"board-{row.index}", daemon=True).start()
     interrupted = False
     try:
-        for w in workers:
-            while w.is_alive():
-                w.join(0.2)  # wakes up for Ctrl-C (a bare join() would not)
+        wait_all(done)
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
-        for w in workers:
-            w.join()
+        wait_all(done)
     return ParallelResult(name, rows, interrupted or stop.is_set())
+
+
+def wait_all(events: Sequence[threading.Event]) -> None:
+    """Wait until every event is set, in short waits that let Ctrl-C through.
+
+    (Events rather than ``Thread.join``: a join cut short by Ctrl-C can leave the thread
+    looking finished while it still runs.)
+    """
+    for event in events:
+        while not event.wait(0.2):
+            pass
 
 
 # ---------------------------------------------------------------- operations
