@@ -154,7 +154,7 @@ def test_ports_auto_and_usage(monkeypatch, capsys) -> None:
     with pytest.raises(PortError, match="--ports auto"):
         parallel.auto_ports()
     assert main(["-p", "a", "-p", "b", "reboot"]) == 2
-    assert "this command works on one board" in capsys.readouterr().err
+    assert "reboot works on one board" in capsys.readouterr().err
     assert main(["-p", "a", "--ports", "auto", "flash-id"]) == 2
 
 

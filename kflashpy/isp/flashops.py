@@ -230,12 +230,12 @@ def verify_flash(
 
 def verify_items(
     files: Sequence[tuple[int, str | os.PathLike[str] | bytes]],
-) -> list[tuple[int, PlannedRegion]]:
-    """(address, what burn writes there) of each file to verify, read before any port opens."""
+) -> list[PlannedRegion]:
+    """What burn writes for each file to verify, read before any port opens."""
     items = []
     for address, src in files:
         label, data = _source(address, src)
-        items.append((address, as_burned(address, data, label)))
+        items.append(as_burned(address, data, label))
     if not items:
         raise InputError("nothing to verify", "give ADDR FILE pairs")
     return items
@@ -243,19 +243,20 @@ def verify_items(
 
 def verify_on(
     dev: Device,
-    items: Sequence[tuple[int, PlannedRegion]],
+    items: Sequence[PlannedRegion],
     *,
     progress: ProgressFn | None = None,
 ) -> VerifyResult:
-    """:func:`verify_flash` on an already connected device (``items`` from :func:`verify_items`)."""
+    """:func:`verify_flash` on an already connected device: each region's bytes as burn
+    writes them (``items`` from :func:`verify_items`, or a plan's ``writes``)."""
     s2 = dev.require_stage2()
     if not s2.has(CAP_HASH):
         s2._require(CAP_READ, "verify flash")
     flash_size = _flash_size(s2)
     start = dev.link.now()
     regions = []
-    for address, planned in items:
-        label, data = planned.label, planned.write
+    for planned in items:
+        address, label, data = planned.address, planned.label, planned.write
         _check_range(address, len(data), flash_size)
         if s2.has(CAP_HASH):
             found, method = s2.sha256(address, len(data)), "sha256"

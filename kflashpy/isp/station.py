@@ -176,14 +176,13 @@ class StationBurn:
 def station_operation(plan: StationPlan):
     """The work done on each board: erase (if asked), burn, verify (if asked), reboot."""
     regions = regions_of(plan.plan)
-    items = [(r.address, r.label, r.data) for r in regions]
 
     def work(dev: Device, progress, row: BoardRow) -> StationBurn:
         erased = ""
         if plan.erase == "chip":
             erased = erase_device(dev, progress=progress).method
         result = burn_on(dev, regions, reboot=False, progress=progress)
-        verify = verify_on(dev, items, progress=progress) if plan.verify else None
+        verify = verify_on(dev, plan.plan.writes, progress=progress) if plan.verify else None
         if plan.reboot and (verify is None or verify.ok):
             result.rebooted = dev.reboot()
         return StationBurn(result, verify, erased)
