@@ -172,6 +172,8 @@ def test_plan_errors_are_json(client) -> None:
     r = client.post("/api/plan", json={"items": [{"file": a["id"], "address": "zero"}]})
     assert r.status_code == 400 and "a.bin" in r.json["error"]["message"]
     assert client.post("/api/plan", data="nope").status_code == 400
+    r = client.post("/api/plan", json={"items": [{"file": a["id"], "address": 0, "prefix": "yes"}]})
+    assert r.status_code == 400 and "prefix" in r.json["error"]["message"]
 
 
 # --- burn ---------------------------------------------------------------------------------
@@ -243,6 +245,8 @@ def test_yolo_on_the_dog_gives_three_boxes(client) -> None:
         drawn = im.convert("RGB").tobytes()
     with Image.open(DOG) as im:
         assert drawn != im.convert("RGB").tobytes()
+    bad = client.post("/api/model/run", json={"model": m["id"], "image": i["id"], "threshold": "x"})
+    assert bad.status_code == 400 and "threshold" in bad.json["error"]["message"]
 
 
 def test_model_info_prep_and_seal(client) -> None:

@@ -328,14 +328,26 @@ def create_app(st: Station) -> Flask:
         image = ws.get(str(body.get("image")))
         yolo = body.get("yolo")
         result = station.run_on_host(
-            ws, model, image, top=int(body.get("top", 5)),
+            ws, model, image, top=int(_number(body, "top", 5, 0, 1000)),
             yolo=None if yolo in (None, "auto") else bool(yolo),
-            threshold=float(body.get("threshold", 0.5)), resize=bool(body.get("resize")),
+            threshold=_number(body, "threshold", 0.5, 0, 1), resize=bool(body.get("resize")),
         )  # fmt: skip
         result["image_png"] = station.image_preview(image)
         return jsonify(result)
 
     return app
+
+
+def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    """A number field of a request, within ``[lo, hi]`` (a clear 400 otherwise)."""
+    value = body.get(key, default)
+    try:
+        number = float(value)
+        if isinstance(value, bool) or not lo <= number <= hi:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UsageError(f"{key}: {value!r} is not a number from {lo:g} to {hi:g}") from None
+    return number
 
 
 def _attachment(data: bytes, name: str) -> Response:
