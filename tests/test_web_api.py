@@ -204,6 +204,8 @@ def test_burn_two_virtual_boards_in_parallel_both_verified(client, station) -> N
         assert done["verify"]["ok"] and done["regions"][0]["verified"] == "sha256"
     snap = wait_job(client, job)
     assert snap["ok"] and set(snap["results"]) == set(ports)
+    resumed = client.get(f"/api/jobs/{job}/events", headers={"Last-Event-ID": "3"})
+    assert resumed.get_data(as_text=True).startswith("id: 4\n")  # a reconnect resumes
     # both virtual boards really hold the bytes (their flash files are in the temp dir)
     for n in (1, 2):
         img = (station.workspace.tmp / f"virtual-{n}.img").read_bytes()

@@ -165,12 +165,6 @@ def create_app(st: Station) -> Flask:
         data = up.read(ws.max_file + 1)
         return jsonify(ws.add(up.filename or "file", data).describe())
 
-    @app.get("/api/files")
-    def list_files() -> Response:
-        return jsonify(
-            {"files": [{"id": f.id, "name": f.name, "size": len(f.data)} for f in ws.files()]}
-        )
-
     @app.delete("/api/files/<file_id>")
     def delete_file(file_id: str) -> Response:
         ws.remove(file_id)
@@ -228,14 +222,16 @@ def create_app(st: Station) -> Flask:
     @app.get("/api/jobs/<job_id>/events")
     def job_events(job_id: str) -> Response:
         job = _job(job_id)
-        start = request.args.get("from", 0, type=int)
+        # a reconnecting EventSource says what it has seen: no event is shown twice
+        seen = request.headers.get("Last-Event-ID", "")
+        start = int(seen) + 1 if seen.isdigit() else 0
 
         def stream():
             for ev in job.follow(start):
                 if ev is None:
                     yield ": keep-alive\n\n"
                 else:
-                    yield f"event: {ev['kind']}\ndata: {json.dumps(ev)}\n\n"
+                    yield f"id: {ev['seq']}\nevent: {ev['kind']}\ndata: {json.dumps(ev)}\n\n"
 
         return Response(stream(), mimetype="text/event-stream")
 
@@ -277,7 +273,7 @@ def create_app(st: Station) -> Flask:
         stem = f.name.rsplit(".", 1)[0]
         out = ws.add(f"{stem}.flash.kmodel", prep.data)
         address = body.get("address")
-        call = prep.call(int(address, 0)) if isinstance(address, str) and address else None
+        call = prep.call(parse_int(address, "model address")) if address not in (None, "") else None
         return jsonify({"file": out.id, "name": out.name, "prep": prep.to_dict(), "call": call})
 
     @app.post("/api/model/seal")
