@@ -8,6 +8,7 @@ import json
 import os
 import time
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -161,6 +162,12 @@ def test_plan_collision_is_flagged_then_fixed(client) -> None:
     # the package goes back into a plan as one upload
     p = upload(client, "plan.kfpkg", pkg.data)
     assert [e["address"] for e in p["entries"]] == [0x300000, 0x310000]
+    bad_zip = io.BytesIO()
+    with zipfile.ZipFile(bad_zip, "w") as z:
+        z.writestr("flash-list.json", "{not json")
+    broken = client.post("/api/files", data={"file": (io.BytesIO(bad_zip.getvalue()), "bad.kfpkg")})
+    assert broken.status_code == 400 and "flash-list.json" in broken.json["error"]["message"]
+    assert client.get("/api/files/f4/download").status_code == 400  # not kept
     again = client.post("/api/plan", json={"items": [{"file": p["id"]}]}).json
     assert [r["name"] for r in again["plan"]["regions"]] == ["plan.kfpkg:a.bin", "plan.kfpkg:b.bin"]
 

@@ -162,8 +162,12 @@ def create_app(st: Station) -> Flask:
         up = request.files.get("file")
         if up is None:
             raise UsageError("no file in the upload (multipart field 'file')")
-        data = up.read(ws.max_file + 1)
-        return jsonify(ws.add(up.filename or "file", data).describe())
+        f = ws.add(up.filename or "file", up.read(ws.max_file + 1))
+        try:
+            return jsonify(f.describe())
+        except KflashError:  # a damaged package: not kept
+            ws.remove(f.id)
+            raise
 
     @app.delete("/api/files/<file_id>")
     def delete_file(file_id: str) -> Response:

@@ -134,9 +134,6 @@ class Workspace:
         with self._lock:
             self._files.pop(file_id, None)
 
-    def files(self) -> list[StoredFile]:
-        return list(self._files.values())
-
     def scratch(self, suffix: str = "") -> Path:
         """A fresh file name inside the temporary directory (suffix: letters only)."""
         safe = "".join(c for c in suffix.lower() if c.isalnum())[:8]
