@@ -220,6 +220,19 @@ def test_burn_two_virtual_boards_in_parallel_both_verified(client, station) -> N
     assert client.get("/api/ports").json["busy"] == []
 
 
+def test_burn_refuses_errors_and_collision_warnings_like_the_cli(client) -> None:
+    port = client.post("/api/virtual", json={}).json["port"]
+    a = upload(client, "a.bin", b"\x01" * 100)
+    b = upload(client, "b.bin", b"\x02" * 100)
+    items = [{"file": a["id"], "address": "0x300000"}, {"file": b["id"], "address": "0x300100"}]
+    r = client.post("/api/burn", json={"items": items, "ports": [port]})
+    assert r.status_code == 400 and "erase sector" in r.json["error"]["message"]
+    items[1]["address"] = "0x300010"  # now bytes overlap: an error even with force
+    r = client.post("/api/burn", json={"items": items, "ports": [port], "force": True})
+    assert r.status_code == 400 and "overlap" in r.json["error"]["message"]
+    assert client.get("/api/ports").json["busy"] == []
+
+
 def test_burn_refuses_ports_the_station_does_not_list(client) -> None:
     f = upload(client, "data.bin", b"\x01" * 100)
     spec = {"items": [{"file": f["id"], "address": "0x300000"}],

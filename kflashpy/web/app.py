@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException
 
 from ..errors import EXIT_DEVICE, KflashError, UsageError
 from ..image.flashmap import flash_map_svg
+from ..isp.api import check_burnable
 from ..target.boards import load_firmwares
 from ..units import parse_int
 from . import station
@@ -200,7 +201,7 @@ def create_app(st: Station) -> Flask:
         body = _json_body()
         ports = _known_ports([str(p) for p in body.get("ports") or []])
         p = station.plan_from_spec(ws, body)
-        p.raise_on_errors(bool(body.get("force")))
+        check_burnable(p, force=bool(body.get("force")))
         st.locks.claim(ports)
         board = body.get("board") or None
 

@@ -277,7 +277,7 @@ function onEvent(ev) {
 $("#burn-btn").addEventListener("click", guarded(async () => {
   const ports = [...document.querySelectorAll(".target-box:checked")].map((i) => i.value);
   const r = await api("/api/burn", { method: "POST",
-    body: { ...planSpec(), ports, verify: $("#burn-verify").checked } });
+    body: { ...planSpec(), ports, verify: $("#burn-verify").checked, force: $("#burn-force").checked } });
   state.job = r.job;
   $("#board-cards").replaceChildren();
   r.ports.forEach(card);
