@@ -306,3 +306,14 @@ def test_compare_a_burned_model_with_the_host(client) -> None:
     assert r.json["passed"] and r.json["outputs"][0]["mismatches"] == 0
     wrong = client.post("/api/model/compare", json={**body, "address": "0x310000"})
     assert wrong.status_code == 400 and "does not hold the model" in wrong.json["error"]["message"]
+
+
+@pytest.mark.slow
+def test_closing_the_station_stops_its_burns(client, station) -> None:
+    port = client.post("/api/virtual", json={}).json["port"]
+    f = upload(client, "big.bin", os.urandom(1536 * 1024))
+    r = client.post("/api/burn", json={"items": [{"file": f["id"], "address": 0}], "ports": [port]})
+    job = station.jobs.get(r.json["job"])
+    station.close()  # what Ctrl-C on `kflashpy gui` does
+    assert job.finished and not job.thread.is_alive()
+    assert job.results[port]["error"]["kind"] == "interrupted"
