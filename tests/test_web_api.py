@@ -8,6 +8,7 @@ import json
 import os
 import time
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -161,6 +162,12 @@ def test_plan_collision_is_flagged_then_fixed(client) -> None:
     # the package goes back into a plan as one upload
     p = upload(client, "plan.kfpkg", pkg.data)
     assert [e["address"] for e in p["entries"]] == [0x300000, 0x310000]
+    bad_zip = io.BytesIO()
+    with zipfile.ZipFile(bad_zip, "w") as z:
+        z.writestr("flash-list.json", "{not json")
+    broken = client.post("/api/files", data={"file": (io.BytesIO(bad_zip.getvalue()), "bad.kfpkg")})
+    assert broken.status_code == 400 and "flash-list.json" in broken.json["error"]["message"]
+    assert client.get("/api/files/f4/download").status_code == 400  # not kept
     again = client.post("/api/plan", json={"items": [{"file": p["id"]}]}).json
     assert [r["name"] for r in again["plan"]["regions"]] == ["plan.kfpkg:a.bin", "plan.kfpkg:b.bin"]
 
@@ -172,6 +179,8 @@ def test_plan_errors_are_json(client) -> None:
     r = client.post("/api/plan", json={"items": [{"file": a["id"], "address": "zero"}]})
     assert r.status_code == 400 and "a.bin" in r.json["error"]["message"]
     assert client.post("/api/plan", data="nope").status_code == 400
+    r = client.post("/api/plan", json={"items": [{"file": a["id"], "address": 0, "prefix": "yes"}]})
+    assert r.status_code == 400 and "prefix" in r.json["error"]["message"]
 
 
 # --- burn ---------------------------------------------------------------------------------
@@ -202,10 +211,25 @@ def test_burn_two_virtual_boards_in_parallel_both_verified(client, station) -> N
         assert done["verify"]["ok"] and done["regions"][0]["verified"] == "sha256"
     snap = wait_job(client, job)
     assert snap["ok"] and set(snap["results"]) == set(ports)
+    resumed = client.get(f"/api/jobs/{job}/events", headers={"Last-Event-ID": "3"})
+    assert resumed.get_data(as_text=True).startswith("id: 4\n")  # a reconnect resumes
     # both virtual boards really hold the bytes (their flash files are in the temp dir)
     for n in (1, 2):
         img = (station.workspace.tmp / f"virtual-{n}.img").read_bytes()
         assert img[0x300000 : 0x300000 + len(data)] == data
+    assert client.get("/api/ports").json["busy"] == []
+
+
+def test_burn_refuses_errors_and_collision_warnings_like_the_cli(client) -> None:
+    port = client.post("/api/virtual", json={}).json["port"]
+    a = upload(client, "a.bin", b"\x01" * 100)
+    b = upload(client, "b.bin", b"\x02" * 100)
+    items = [{"file": a["id"], "address": "0x300000"}, {"file": b["id"], "address": "0x300100"}]
+    r = client.post("/api/burn", json={"items": items, "ports": [port]})
+    assert r.status_code == 400 and "erase sector" in r.json["error"]["message"]
+    items[1]["address"] = "0x300010"  # now bytes overlap: an error even with force
+    r = client.post("/api/burn", json={"items": items, "ports": [port], "force": True})
+    assert r.status_code == 400 and "overlap" in r.json["error"]["message"]
     assert client.get("/api/ports").json["busy"] == []
 
 
@@ -243,6 +267,8 @@ def test_yolo_on_the_dog_gives_three_boxes(client) -> None:
         drawn = im.convert("RGB").tobytes()
     with Image.open(DOG) as im:
         assert drawn != im.convert("RGB").tobytes()
+    bad = client.post("/api/model/run", json={"model": m["id"], "image": i["id"], "threshold": "x"})
+    assert bad.status_code == 400 and "threshold" in bad.json["error"]["message"]
 
 
 def test_model_info_prep_and_seal(client) -> None:
@@ -280,3 +306,14 @@ def test_compare_a_burned_model_with_the_host(client) -> None:
     assert r.json["passed"] and r.json["outputs"][0]["mismatches"] == 0
     wrong = client.post("/api/model/compare", json={**body, "address": "0x310000"})
     assert wrong.status_code == 400 and "does not hold the model" in wrong.json["error"]["message"]
+
+
+@pytest.mark.slow
+def test_closing_the_station_stops_its_burns(client, station) -> None:
+    port = client.post("/api/virtual", json={}).json["port"]
+    f = upload(client, "big.bin", os.urandom(1536 * 1024))
+    r = client.post("/api/burn", json={"items": [{"file": f["id"], "address": 0}], "ports": [port]})
+    job = station.jobs.get(r.json["job"])
+    station.close()  # what Ctrl-C on `kflashpy gui` does
+    assert job.finished and not job.thread.is_alive()
+    assert job.results[port]["error"]["kind"] == "interrupted"

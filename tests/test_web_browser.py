@@ -57,6 +57,7 @@ def browser():
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1280,1100"):  # fmt: skip
         opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path=DRIVER))
     drv.set_script_timeout(30)
     yield drv
@@ -75,6 +76,12 @@ def shot(browser, artefacts: Path, name: str) -> Path:
     browser.save_screenshot(str(path))
     print(f"screenshot: {path}")
     return path
+
+
+def no_script_errors(browser) -> None:
+    """The page's console has no errors (a broken script would show here first)."""
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
 
 
 def wait(browser, cond, timeout: float = 30, what: str = ""):
@@ -168,6 +175,7 @@ def test_plan_collision_fix_and_parallel_burn(browser, station, artefacts, tmp_p
         flash = (img / f"virtual-{n}.img").read_bytes()
         assert flash[0x300000:0x310000] == app.read_bytes()
         assert flash[0x310000 : 0x310000 + 48 * 1024] == model.read_bytes()
+    no_script_errors(browser)
 
 
 def test_yolo_on_the_dog_shows_three_boxes(browser, station, artefacts) -> None:
@@ -183,6 +191,7 @@ def test_yolo_on_the_dog_shows_three_boxes(browser, station, artefacts) -> None:
     browser.execute_script("document.getElementById('boxes-img').scrollIntoView()")
     shot(browser, artefacts, "4-yolo-dog.png")
     assert sorted(found) == ["bicycle", "car", "dog"]
+    no_script_errors(browser)
 
 
 def test_a_page_of_another_origin_is_refused(browser, station, artefacts, tmp_path) -> None:

@@ -77,6 +77,12 @@ def plan_burn(
             "nothing to burn", "give ADDR FILE pairs, FILE --addr, a kfpkg or --firmware"
         )
     plan = plan_flash(items, board=board, layout=layout)
+    check_burnable(plan, force=force)
+    return plan
+
+
+def check_burnable(plan: FlashPlan, *, force: bool = False) -> None:
+    """Refuse a plan with layout errors, or with collision warnings unless ``force``."""
     plan.raise_on_errors()
     collisions = [f for f in plan.warnings if f.code in COLLISION_WARNINGS]
     if collisions and not force:
@@ -85,7 +91,6 @@ def plan_burn(
             (collisions[0].hint + "; " if collisions[0].hint else "")
             + "pass --force (force=True) if this is intended",
         )
-    return plan
 
 
 def regions_of(plan: FlashPlan) -> list[WriteRegion]:

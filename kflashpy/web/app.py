@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException
 
 from ..errors import EXIT_DEVICE, KflashError, UsageError
 from ..image.flashmap import flash_map_svg
+from ..isp.api import check_burnable
 from ..target.boards import load_firmwares
 from ..units import parse_int
 from . import station
@@ -162,14 +163,12 @@ def create_app(st: Station) -> Flask:
         up = request.files.get("file")
         if up is None:
             raise UsageError("no file in the upload (multipart field 'file')")
-        data = up.read(ws.max_file + 1)
-        return jsonify(ws.add(up.filename or "file", data).describe())
-
-    @app.get("/api/files")
-    def list_files() -> Response:
-        return jsonify(
-            {"files": [{"id": f.id, "name": f.name, "size": len(f.data)} for f in ws.files()]}
-        )
+        f = ws.add(up.filename or "file", up.read(ws.max_file + 1))
+        try:
+            return jsonify(f.describe())
+        except KflashError:  # a damaged package: not kept
+            ws.remove(f.id)
+            raise
 
     @app.delete("/api/files/<file_id>")
     def delete_file(file_id: str) -> Response:
@@ -202,7 +201,7 @@ def create_app(st: Station) -> Flask:
         body = _json_body()
         ports = _known_ports([str(p) for p in body.get("ports") or []])
         p = station.plan_from_spec(ws, body)
-        p.raise_on_errors(bool(body.get("force")))
+        check_burnable(p, force=bool(body.get("force")))
         st.locks.claim(ports)
         board = body.get("board") or None
 
@@ -228,14 +227,16 @@ def create_app(st: Station) -> Flask:
     @app.get("/api/jobs/<job_id>/events")
     def job_events(job_id: str) -> Response:
         job = _job(job_id)
-        start = request.args.get("from", 0, type=int)
+        # a reconnecting EventSource says what it has seen: no event is shown twice
+        seen = request.headers.get("Last-Event-ID", "")
+        start = int(seen) + 1 if seen.isdigit() else 0
 
         def stream():
             for ev in job.follow(start):
                 if ev is None:
                     yield ": keep-alive\n\n"
                 else:
-                    yield f"event: {ev['kind']}\ndata: {json.dumps(ev)}\n\n"
+                    yield f"id: {ev['seq']}\nevent: {ev['kind']}\ndata: {json.dumps(ev)}\n\n"
 
         return Response(stream(), mimetype="text/event-stream")
 
@@ -277,7 +278,7 @@ def create_app(st: Station) -> Flask:
         stem = f.name.rsplit(".", 1)[0]
         out = ws.add(f"{stem}.flash.kmodel", prep.data)
         address = body.get("address")
-        call = prep.call(int(address, 0)) if isinstance(address, str) and address else None
+        call = prep.call(parse_int(address, "model address")) if address not in (None, "") else None
         return jsonify({"file": out.id, "name": out.name, "prep": prep.to_dict(), "call": call})
 
     @app.post("/api/model/seal")
@@ -328,14 +329,26 @@ def create_app(st: Station) -> Flask:
         image = ws.get(str(body.get("image")))
         yolo = body.get("yolo")
         result = station.run_on_host(
-            ws, model, image, top=int(body.get("top", 5)),
+            ws, model, image, top=int(_number(body, "top", 5, 0, 1000)),
             yolo=None if yolo in (None, "auto") else bool(yolo),
-            threshold=float(body.get("threshold", 0.5)), resize=bool(body.get("resize")),
+            threshold=_number(body, "threshold", 0.5, 0, 1), resize=bool(body.get("resize")),
         )  # fmt: skip
         result["image_png"] = station.image_preview(image)
         return jsonify(result)
 
     return app
+
+
+def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    """A number field of a request, within ``[lo, hi]`` (a clear 400 otherwise)."""
+    value = body.get(key, default)
+    try:
+        number = float(value)
+        if isinstance(value, bool) or not lo <= number <= hi:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UsageError(f"{key}: {value!r} is not a number from {lo:g} to {hi:g}") from None
+    return number
 
 
 def _attachment(data: bytes, name: str) -> Response:

@@ -32,6 +32,7 @@ class Job:
         self.started = time.monotonic()
         self._cond = threading.Condition()
         self._last: dict[str, tuple[str, int]] = {}
+        self.thread: threading.Thread | None = None
 
     def emit(self, ev: BoardEvent) -> None:
         """Record an event (progress thinned per board and stage)."""
@@ -115,12 +116,18 @@ class JobTable:
                 done()
             job.finish(results)
 
-        threading.Thread(target=run, name=f"kflashpy-web-{job.id}", daemon=True).start()
+        job.thread = threading.Thread(target=run, name=f"kflashpy-web-{job.id}", daemon=True)
+        job.thread.start()
         return job
 
     def get(self, job_id: str) -> Job | None:
         return self._jobs.get(job_id)
 
-    def cancel_all(self) -> None:
+    def cancel_all(self, wait: float = 10.0) -> None:
+        """Cancel every job and give each up to ``wait`` seconds to stop (boards are left
+        at a step boundary, not in the middle of a frame)."""
         for job in self._jobs.values():
             job.cancel.set()
+        for job in self._jobs.values():
+            if job.thread is not None:
+                job.thread.join(wait)

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import InputError, Interrupted, KflashError, UsageError
 from ..image.content import detect_content
-from ..image.kfpkg import KfpkgEntry, read_kfpkg, write_kfpkg
+from ..image.kfpkg import read_kfpkg
 from ..image.plan import FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 from ..progress import Progress
 from ..target.boards import get_board, load_boards
@@ -134,9 +134,6 @@ class Workspace:
         with self._lock:
             self._files.pop(file_id, None)
 
-    def files(self) -> list[StoredFile]:
-        return list(self._files.values())
-
     def scratch(self, suffix: str = "") -> Path:
         """A fresh file name inside the temporary directory (suffix: letters only)."""
         safe = "".join(c for c in suffix.lower() if c.isalnum())[:8]
@@ -199,6 +196,8 @@ def plan_from_spec(ws: Workspace, spec: dict[str, Any]) -> FlashPlan:
             continue
         address = parse_int(it.get("address", ""), f"address of {f.name}")
         prefix = it.get("prefix")
+        if prefix not in (None, True, False):
+            raise UsageError(f"{f.name}: prefix must be true, false or null, not {prefix!r}")
         loader = it.get("loader") or None
         items.append(FlashItem(address, f.data, f.name, prefix=prefix, loader=loader))
     if not items:
@@ -217,16 +216,11 @@ class _NamedPackage:
 
 def kfpkg_bytes(ws: Workspace, plan: FlashPlan, *, force: bool = False) -> bytes:
     """The plan as a portable kfpkg (refused on layout errors unless ``force``)."""
-    plan.raise_on_errors(force)
+    from ..image.api import pack
+
     out = ws.scratch("kfpkg")
-    entries = [
-        KfpkgEntry(
-            r.address, Path(r.item.name).name, r.prefix, r.item.data, r.item.swap, r.item.reverse4
-        )
-        for r in plan.writes
-    ]
     try:
-        write_kfpkg(out, entries)
+        pack(out, [r.item for r in plan.writes], board=plan.board, layout=plan.layout, force=force)
         return out.read_bytes()
     finally:
         out.unlink(missing_ok=True)

@@ -126,7 +126,7 @@ function planSpec() {
   return {
     board: $("#plan-board").value,
     layout: $("#plan-layout").value,
-    items: state.plan.map((it) => ({ file: it.id, address: it.address, prefix: it.prefix })),
+    items: state.plan.map((it) => ({ file: it.id, address: it.address, prefix: it.prefix, loader: it.loader })),
   };
 }
 
@@ -142,9 +142,14 @@ function renderPlanTable() {
       el("option", { value: "" }, "auto"), el("option", { value: "firmware" }, "firmware (sha256Prefix)"),
       el("option", { value: "raw" }, "raw"));
     sel.value = it.prefix === null ? "" : it.prefix ? "firmware" : "raw";
+    const loader = el("select", { class: "loader", title: "how the firmware will load this model",
+      onchange: (ev) => { it.loader = ev.target.value || null; scheduleCheck(); } },
+      el("option", { value: "" }, "loader: not said"), el("option", { value: "kpu.load" }, "kpu.load"),
+      el("option", { value: "load_flash" }, "kpu.load_flash"));
+    loader.value = it.loader || "";
     return el("tr", { "data-file": it.name },
       el("td", {}, it.name), el("td", {}, size(it.size)), el("td", {}, it.content.label),
-      el("td", {}, addr), el("td", {}, pkg ? "as packaged" : sel),
+      el("td", {}, addr), el("td", {}, pkg ? "as packaged" : sel, it.content.kind === "kmodel" ? loader : ""),
       el("td", {}, el("button", { class: "remove", onclick: guarded(async () => {
         await api("/api/files/" + it.id, { method: "DELETE" });
         state.plan.splice(state.plan.indexOf(it), 1);
@@ -163,7 +168,7 @@ function nextAddress() {
 async function addPlanFiles(files) {
   for (const f of files) {
     const r = await upload(f);
-    state.plan.push({ ...r, address: nextAddress(), prefix: null });
+    state.plan.push({ ...r, address: nextAddress(), prefix: null, loader: null });
     log("uploaded " + r.name + " (" + r.content.label + ")");
   }
   renderPlanTable();
@@ -277,7 +282,7 @@ function onEvent(ev) {
 $("#burn-btn").addEventListener("click", guarded(async () => {
   const ports = [...document.querySelectorAll(".target-box:checked")].map((i) => i.value);
   const r = await api("/api/burn", { method: "POST",
-    body: { ...planSpec(), ports, verify: $("#burn-verify").checked } });
+    body: { ...planSpec(), ports, verify: $("#burn-verify").checked, force: $("#burn-force").checked } });
   state.job = r.job;
   $("#board-cards").replaceChildren();
   r.ports.forEach(card);
