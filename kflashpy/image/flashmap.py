@@ -80,15 +80,21 @@ def _lanes(regions: list[PlannedRegion]) -> list[int]:
 def _collisions(plan: FlashPlan, regions: list[PlannedRegion]) -> list[tuple[int, int, str, str]]:
     """``(start, end, severity, text)`` for every collision to mark on the band."""
     marks = []
-    spans = [(r.address, r.end) for r in regions]
-    shared = set()
-    for i, j, s, e in find_overlaps(spans):
-        shared.add((i, j))
-        marks.append((s, e, "error", f"{regions[i].label} and {regions[j].label} overlap"))
-    for i, j, s, e in find_overlaps([r.footprint for r in regions]):
-        if (i, j) not in shared:
-            text = f"{regions[i].label} and {regions[j].label} share an erase sector"
-            marks.append((s, e, "warning", text))
+
+    def names(ids: tuple[int, ...]) -> str:
+        labels = [regions[i].label for i in ids]
+        return " and ".join(labels) if len(labels) == 2 else f"{len(labels)} files"
+
+    for ids, s, e in find_overlaps([(r.address, r.end) for r in regions]):
+        marks.append((s, e, "error", f"{names(ids)} overlap"))
+    for ids, s, e in find_overlaps([r.footprint for r in regions]):
+        a, b = (
+            min(ids, key=lambda i: regions[i].address),
+            max(ids, key=lambda i: regions[i].address),
+        )
+        same = len({(regions[i].address, regions[i].end) for i in ids}) == 1
+        if not same and not (len(ids) == 2 and regions[a].end > regions[b].address):
+            marks.append((s, e, "warning", f"{names(ids)} share an erase sector"))  # else: overlap
     for res in plan.layout.reserved_regions if plan.layout else ():
         for r in regions:
             inside = max(r.address, res.start), min(r.end, res.end)

@@ -30,14 +30,13 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, Interrupted, KflashError, UsageError
+from ..errors import InputError, UsageError
 from ..image.content import detect_content
 from ..image.kfpkg import read_kfpkg
 from ..image.plan import FlashItem, FlashPlan, items_from_kfpkg, plan_flash
@@ -280,48 +279,45 @@ def burn_boards(
 ) -> dict[str, dict[str, Any]]:
     """Burn ``plan`` to every port at once; per port the result dict or the error.
 
-    Each board gets its own thread; ``on_event`` receives every board's progress and its
-    outcome (called from those threads). ``verify`` reads each region's SHA-256 back
-    after the burn (a separate connection). Setting ``cancel`` stops every board at its
-    next progress step with :class:`~kflashpy.errors.Interrupted`.
+    The boards run on the library's multi-board runner (:mod:`kflashpy.isp.parallel`: a
+    worker per board, each port claimed once); ``on_event`` receives every board's
+    progress and its outcome (called from those workers). ``verify`` hashes each region
+    on the board after the burn, before it reboots. Setting ``cancel`` stops every board
+    at its next progress step.
     """
-    from ..isp.api import burn_plan
-    from ..isp.flashops import verify_flash
+    from ..isp import parallel
+    from ..isp.api import burn_plan_on
+    from ..isp.connect import ConnectOptions
+    from ..isp.flashops import verify_on
 
-    cancel = cancel or threading.Event()
+    def work(dev, progress, row) -> dict[str, Any]:
+        result = burn_plan_on(dev, plan, reboot=False, progress=progress).to_dict()
+        if verify:
+            on_event(BoardEvent(row.port, "log", {"message": "verifying (on-board SHA-256)"}))
+            check = verify_on(dev, plan.writes, progress=progress)
+            result["verify"] = {
+                "ok": check.ok,
+                "regions": [
+                    {"label": r.label, "address": r.address, "ok": r.ok} for r in check.regions
+                ],
+            }
+        if result.get("verify", {}).get("ok", True):
+            result["rebooted"] = dev.reboot()
+        return result
 
-    def one(port: str) -> dict[str, Any]:
-        def progress(ev: Progress) -> None:
-            if cancel.is_set():
-                raise Interrupted(f"{port}: cancelled", "burn again to finish the job")
-            on_event(BoardEvent(port, "progress", _progress_dict(ev)))
+    def update(row, ev: Progress | None) -> None:
+        if ev is not None:
+            on_event(BoardEvent(row.port, "progress", _progress_dict(ev)))
+        elif row.error:
+            on_event(BoardEvent(row.port, "failed", {"error": row.error}))
+        else:
+            ok = row.result.get("verify", {}).get("ok", True)
+            on_event(BoardEvent(row.port, "done" if ok else "failed", row.result))
 
-        try:
-            result = burn_plan(plan, port=port, board=board, progress=progress).to_dict()
-            if verify:
-                on_event(BoardEvent(port, "log", {"message": "verifying (read-back SHA-256)"}))
-                files = [(r.address, r.write) for r in plan.writes]
-                check = verify_flash(files, port=port, board=board, progress=progress)
-                result["verify"] = {
-                    "ok": check.ok,
-                    "regions": [
-                        {"label": lab, "address": r.address, "ok": r.ok}
-                        for lab, r in zip(
-                            (w.label for w in plan.writes), check.regions, strict=True
-                        )
-                    ],
-                }
-            ok = result.get("verify", {}).get("ok", True)
-            on_event(BoardEvent(port, "done" if ok else "failed", result))
-            return result
-        except KflashError as e:
-            err = {"error": {"kind": e.kind, "message": e.message, "hint": e.hint}}
-            on_event(BoardEvent(port, "failed", err))
-            return err
-
-    with ThreadPoolExecutor(max_workers=max(1, len(ports))) as pool:
-        results = list(pool.map(one, ports))
-    return dict(zip(ports, results, strict=True))
+    run = parallel.run_on_boards(
+        ports, work, on_update=update, stop=cancel, connection=ConnectOptions(board=board)
+    )
+    return {row.port: {"error": row.error} if row.error else row.result for row in run.boards}
 
 
 def _progress_dict(ev: Progress) -> dict[str, Any]:
