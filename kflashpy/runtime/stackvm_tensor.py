@@ -348,6 +348,49 @@ def _dense_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _ternary(vm: StackVM, f: dict):
+    """nncase ternary (Where): ``a ? b : c`` with a float32 condition, broadcast."""
+    output, c_addr, b_addr, a_addr = vm.pop_addr(), vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    dt = vm.dtype(f["datatype"])
+    a = vm.view(a_addr, F32D, f["rshape_src1"], f["rstride_src1"])
+    b = vm.view(b_addr, dt, f["rshape_src2"], f["rstride_src2"])
+    c = vm.view(c_addr, dt, f["rshape_src3"], f["rstride_src3"])
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    limit(shape, "output")
+    return "ternary", vm.out(output, np.where(a != 0, b, c), dt, f["rstride_dest"])
+
+
+def _cumsum(vm: StackVM, f: dict):
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    shape = vm.shape(f["rshape_src"])
+    dt = vm.dtype(f["datatype"])
+    x = strided(inp, dt, shape, _dense_strides(shape))  # nncase reads it densely
+    y = nncase_math.cumsum(x, f["axis"] % max(x.ndim, 1), bool(f["exclusive"]), bool(f["reverse"]))
+    strided(output, dt, shape, _dense_strides(shape))[...] = y
+    return "cumsum", y
+
+
+def _hardmax(vm: StackVM, f: dict):
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
+    y = nncase_math.hardmax(x, f["axis"] % max(x.ndim, 1))
+    target = strided(output, x.dtype, x.shape, vm.shape(f["rstride_src"]))  # input strides
+    target[...] = y
+    return "hardmax", y
+
+
+def _topk(vm: StackVM, f: dict):
+    out_b, out_a, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
+    axis = f["axis"] % max(x.ndim, 1)
+    if not 0 < f["k"] <= x.shape[axis]:
+        raise ValueError(f"topk k {f['k']} for an axis of {x.shape[axis]}")
+    values, index = nncase_math.topk(x, f["k"], axis, bool(f["largest"]), bool(f["sorted"]))
+    vm.out(out_a, values, x.dtype, f["rstride_dest1"])
+    vm.out(out_b, index, np.dtype("<i8"), f["rstride_dest2"])
+    return "topk", values
+
+
 #: tensor function name -> handler (functions absent here are refused by name)
 TENSOR = {
     "binary": _binary, "call": _call, "conv2d": _conv2d, "convert": _convert, "copy": _copy,
@@ -356,4 +399,5 @@ TENSOR = {
     "resize_image": _resize_image, "sigmoid": _sigmoid, "slice": _slice, "softmax": _softmax,
     "transpose": _transpose, "unary": _unary, "lut1d": _lut1d, "reduce_prod": _reduce_prod,
     "compare": _compare, "broadcast": _broadcast, "reduce_arg": _reduce_arg,
+    "ternary": _ternary, "cumsum": _cumsum, "hardmax": _hardmax, "topk": _topk,
 }  # fmt: skip

@@ -313,3 +313,97 @@ def resize_nearest(x: np.ndarray, out_h: int, out_w: int, align: bool, half: boo
         return np.maximum(src, 0) if half else src
 
     return x[:, :, axis(x.shape[2], out_h)][..., axis(x.shape[3], out_w)]
+
+
+def cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """nncase reference cumsum: a running sum from zero along ``axis`` (in the input's
+    type, one addition at a time), from the end when ``reverse``, each output taken
+    before its own element when ``exclusive``."""
+    v = np.flip(x, axis) if reverse else x
+    total = np.cumsum(v, axis=axis, dtype=x.dtype)  # add.accumulate: left to right
+    if exclusive:
+        total = np.concatenate(
+            [np.zeros_like(np.take(total, [0], axis=axis)), np.delete(total, -1, axis=axis)],
+            axis=axis,
+        )
+    return np.flip(total, axis) if reverse else total
+
+
+def hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    """nncase reference hardmax: 1 at the first element strictly above the running
+    best, which starts at FLT_MIN (the smallest positive float, so a slice with no
+    value above it is all zeros), 0 elsewhere."""
+    best = np.max(x, axis=axis, keepdims=True)
+    first = np.argmax(x, axis=axis)
+    hit = (
+        np.expand_dims(first, axis)
+        == np.expand_dims(
+            np.arange(x.shape[axis]).reshape([-1 if i == axis else 1 for i in range(x.ndim)]), 0
+        )[0]
+    )
+    return (hit & (best > np.finfo(F32).tiny)).astype(x.dtype)
+
+
+def topk(x: np.ndarray, k: int, axis: int, largest: bool, sort: bool):
+    """nncase reference topk along ``axis``: (values, int64 indices).
+
+    Sorted: a heap of (value, index) pairs keeps the first k and replaces its least
+    (largest=True) or greatest member when a strictly better value arrives; the kept
+    pairs are written best pair first. Unsorted: nncase's quickselect order.
+    """
+    import heapq
+
+    moved = np.moveaxis(x, axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    values = np.empty((rows.shape[0], k), x.dtype)
+    index = np.empty((rows.shape[0], k), np.int64)
+    for r, row in enumerate(rows):
+        pairs = [(float(v), i) for i, v in enumerate(row)]
+        if sort:
+            sign = 1 if largest else -1
+            heap: list = []
+            for v, i in pairs:
+                key = (sign * v, sign * i)
+                if len(heap) < k:
+                    heapq.heappush(heap, key)
+                elif sign * v > heap[0][0]:
+                    heapq.heapreplace(heap, key)
+            kept = sorted(heap, reverse=True)
+            chosen = [(sign * v, sign * i) for v, i in kept]
+        else:
+            chosen = _quick_select(pairs, k, largest)[:k]
+        values[r] = [v for v, _ in chosen]
+        index[r] = [i for _, i in chosen]
+    shape = (*moved.shape[:-1], k)
+    return (
+        np.moveaxis(values.reshape(shape), -1, axis),
+        np.moveaxis(index.reshape(shape), -1, axis),
+    )
+
+
+def _quick_select(nums: list, k: int, largest: bool) -> list:
+    """nncase's quick_select (Hoare partition on the first element), in place order."""
+    nums = list(nums)
+
+    def partition(lo: int, hi: int) -> int:
+        i, j, pivot = lo, hi + 1, nums[lo][0]
+        while True:
+            i += 1
+            while i < hi and (nums[i][0] > pivot if largest else nums[i][0] < pivot):
+                i += 1
+            j -= 1
+            while j > lo and (nums[j][0] < pivot if largest else nums[j][0] > pivot):
+                j -= 1
+            if i >= j:
+                break
+            nums[i], nums[j] = nums[j], nums[i]
+        nums[lo], nums[j] = nums[j], nums[lo]
+        return j
+
+    lo, hi = 0, len(nums) - 1
+    while lo < hi:
+        idx = partition(lo, hi)
+        if idx == k:
+            break
+        lo, hi = (lo, idx - 1) if idx > k else (idx + 1, hi)
+    return nums
