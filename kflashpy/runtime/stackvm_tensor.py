@@ -137,14 +137,36 @@ def _conv2d(vm: StackVM, f: dict):
 
 def _matmul(vm: StackVM, f: dict):
     output, bias, b_addr, a_addr = vm.pop_addr(), vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
-    if "rstride_src1" not in f:  # nncase 1.3's short form: dense operands
-        raise vm.fail("tensor.matmul in its nncase 1.3 form (no strides)")
-    a = vm.view(a_addr, F32D, f["rshape_src1"], f["rstride_src1"])
-    b = vm.view(b_addr, F32D, f["rshape_src2"], f["rstride_src2"])
+    if "rstride_src1" in f:
+        a = vm.view(a_addr, F32D, f["rshape_src1"], f["rstride_src1"])
+        b = vm.view(b_addr, F32D, f["rshape_src2"], f["rstride_src2"])
+    else:  # nncase 1.3's short form: dense operands (its kernel ignores strides)
+        sa, sb = vm.shape(f["rshape_src1"]), vm.shape(f["rshape_src2"])
+        a, b = (
+            strided(a_addr, F32D, sa, _dense_strides(sa)),
+            strided(b_addr, F32D, sb, _dense_strides(sb)),
+        )
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul of shapes {a.shape} and {b.shape}")
     limit((*a.shape[:-1], b.shape[-1]), "output")
     bias = strided(bias, F32D, (b.shape[-1],), (1,))
-    y = np.clip((a @ b).astype(F32) + bias, F32(f["fused_clamp_low"]), F32(f["fused_clamp_high"]))
-    return "matmul", vm.out(output, y.astype(F32), F32D, f["rstride_dest"])
+    y = nncase_math.matmul(a, b, bias, f["fused_clamp_low"], f["fused_clamp_high"])
+    if "rstride_dest" in f:
+        return "matmul", vm.out(output, y, F32D, f["rstride_dest"])
+    strided(output, F32D, y.shape, _dense_strides(y.shape))[...] = y
+    return "matmul", y
+
+
+def _equal(vm: StackVM, f: dict):
+    """nncase 1.3-1.5 equal: broadcast ``a == b`` written as bool bytes."""
+    output, b_addr, a_addr = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    dt = vm.dtype(f["datatype"])
+    a = vm.view(a_addr, dt, f["rshape_src1"], f["rstride_src1"])
+    b = vm.view(b_addr, dt, f["rshape_src2"], f["rstride_src2"])
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    limit(shape, "output")
+    y = np.broadcast_to(a == b, shape).astype(np.uint8)
+    return "equal", vm.out(output, y, np.dtype("u1"), f["rstride_dest"])
 
 
 def _binary(vm: StackVM, f: dict):
@@ -400,4 +422,5 @@ TENSOR = {
     "transpose": _transpose, "unary": _unary, "lut1d": _lut1d, "reduce_prod": _reduce_prod,
     "compare": _compare, "broadcast": _broadcast, "reduce_arg": _reduce_arg,
     "ternary": _ternary, "cumsum": _cumsum, "hardmax": _hardmax, "topk": _topk,
+    "equal": _equal,
 }  # fmt: skip

@@ -407,3 +407,14 @@ def _quick_select(nums: list, k: int, largest: bool) -> list:
             break
         lo, hi = (lo, idx - 1) if idx > k else (idx + 1, hi)
     return nums
+
+
+def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray, low: float, high: float) -> np.ndarray:
+    """nncase reference matmul: each output starts at its column's bias and adds
+    ``a[m, k] * b[k, n]`` for k in order, in float32; then the fused clamp."""
+    acc = np.broadcast_to(bias.astype(F32), (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]),
+                                             a.shape[-2], b.shape[-1])).copy()  # fmt: skip
+    a32, b32 = a.astype(F32), b.astype(F32)
+    for k in range(a.shape[-1]):
+        acc = acc + a32[..., :, k, None] * b32[..., None, k, :]
+    return clamp(acc, low, high)
