@@ -46,6 +46,13 @@ def _ulps(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.abs(ia - ib).max(initial=0))
 
 
+def _aliases_input(path: Path) -> bool:
+    """Whether an entry output lies in the input pool (memory location 0)."""
+    from kflashpy.model.v5 import parse_v5
+
+    return any(mr.location == 0 for mr in parse_v5(path.read_bytes()).entry.outputs)
+
+
 def _id(path: Path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
@@ -66,6 +73,14 @@ def test_vector(path: Path) -> None:
         (_ulps(o, e) if e.dtype.kind == "f" else int(np.abs(o.astype(np.int64) - e).max()))
         for o, e in zip(outs, expected, strict=True)
     )
+    if _aliases_input(path):
+        # the output is the input buffer itself (nncase <= 1.7 compile a pure reshape so):
+        # their simulator hands back a fresh output tensor it never writes, so the
+        # expected bytes are undefined; the model's meaning is the input, reshaped
+        RESULTS[release][case] = "input (simulator output undefined)"
+        for o, x in zip(outs, inputs, strict=False):
+            np.testing.assert_array_equal(o.reshape(-1), x.reshape(-1))
+        return
     known = KNOWN_INEXACT.get(f"{release}/{case}")
     RESULTS[release][case] = "bit-exact" if worst == 0 else f"WRONG ({worst} ulp)"
     if known is not None:
