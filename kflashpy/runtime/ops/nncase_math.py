@@ -176,34 +176,42 @@ def c_max_first(dest: np.ndarray, v: np.ndarray) -> np.ndarray:
 def conv2d(x, w, bias, groups: int, stride, pads, dilation, out_hw) -> np.ndarray:
     """nncase reference conv2d on NCHW float32: each output starts at its bias and adds
     ``input * weight`` tap by tap (input channel, then kernel row, then column), each
-    product and sum rounded to float32 (taps in the padding are skipped)."""
+    product and sum rounded to float32; taps in the padding are skipped (not added as
+    zeros, which could turn a -0.0 sum into +0.0)."""
     n, c, h, wd = x.shape
     oc, icg, kh, kw = w.shape
     (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
     pt, pl = pads[0], pads[2]
     ocg = oc // groups
-    x = x.astype(F32)
-    w = w.astype(F32)
-    out = np.empty((n, oc, oh, ow), F32)
     ys = np.arange(oh) * sh - pt
     xs = np.arange(ow) * sw - pl
+    # a zero-padded copy makes every tap a strided view; the mask says which are real
+    top, left = max(0, -int(ys.min(initial=0))), max(0, -int(xs.min(initial=0)))
+    bottom = max(0, int(ys.max(initial=0)) + (kh - 1) * dh + 1 - h)
+    right = max(0, int(xs.max(initial=0)) + (kw - 1) * dw + 1 - wd)
+    xp = np.pad(x.astype(F32), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    w = w.astype(F32)
+    taps = []  # (row, column in xp, ky, kx, mask of real taps or None when all are)
+    for ky in range(kh):
+        vy = ((ys + ky * dh) >= 0) & ((ys + ky * dh) < h)
+        for kx in range(kw):
+            vx = ((xs + kx * dw) >= 0) & ((xs + kx * dw) < wd)
+            valid = None if vy.all() and vx.all() else (vy[:, None] & vx[None, :])[None, None]
+            taps.append((top + ky * dh - pt, left + kx * dw - pl, ky, kx, valid))
+    out = np.empty((n, oc, oh, ow), F32)
     for g in range(groups):
-        acc = np.broadcast_to(bias[g * ocg : (g + 1) * ocg].astype(F32)[None, :, None, None],
-                              (n, ocg, oh, ow)).copy()  # fmt: skip
+        acc = np.empty((n, ocg, oh, ow), F32)
+        acc[...] = bias[g * ocg : (g + 1) * ocg].astype(F32)[None, :, None, None]
+        wg = w[g * ocg : (g + 1) * ocg, :, :, :, None, None]
         for ic in range(icg):
-            plane = x[:, g * icg + ic]
-            for ky in range(kh):
-                yy = ys + ky * dh
-                vy = (yy >= 0) & (yy < h)
-                for kx in range(kw):
-                    xx = xs + kx * dw
-                    vx = (xx >= 0) & (xx < wd)
-                    tap = plane[:, np.clip(yy, 0, h - 1)][:, :, np.clip(xx, 0, wd - 1)]
-                    prod = (
-                        tap[:, None] * w[g * ocg : (g + 1) * ocg, ic, ky, kx][None, :, None, None]
-                    )
-                    valid = (vy[:, None] & vx[None, :])[None, None]
-                    acc = np.where(valid, acc + prod, acc)
+            plane = xp[:, g * icg + ic]
+            for y0, x0, ky, kx, valid in taps:
+                tap = plane[:, y0 : y0 + (oh - 1) * sh + 1 : sh, x0 : x0 + (ow - 1) * sw + 1 : sw]
+                prod = tap[:, None] * wg[None, :, ic, ky, kx]
+                if valid is None:
+                    acc += prod
+                else:
+                    np.add(acc, prod, out=acc, where=valid)
         out[:, g * ocg : (g + 1) * ocg] = acc
     return out
 
