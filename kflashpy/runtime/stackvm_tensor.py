@@ -413,6 +413,66 @@ def _topk(vm: StackVM, f: dict):
     return "topk", values
 
 
+def _dense(vm: StackVM, addr, dt, reg: int) -> np.ndarray:
+    """A tensor nncase's kernel reads densely (it is given no strides)."""
+    shape = vm.shape(reg)
+    return strided(addr, vm.dtype(dt) if isinstance(dt, int) else dt, shape, _dense_strides(shape))
+
+
+def _write_dense(addr, value: np.ndarray) -> np.ndarray:
+    strided(addr, value.dtype, value.shape, _dense_strides(value.shape))[...] = value
+    return value
+
+
+def _gather_elements(vm: StackVM, f: dict):
+    """nncase gather_elements: float input, int64 indices (negative ones count from the
+    end), dense tensors; the output has the indices' shape."""
+    output, indices, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    x = _dense(vm, inp, F32D, f["input_shape_src"])
+    idx = _dense(vm, indices, np.dtype("<i8"), f["indices_shape_src"])
+    axis = f["axis"] % max(x.ndim, 1)
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    return "gather_elements", _write_dense(output, np.take_along_axis(x, idx, axis=axis))
+
+
+def _trilu(vm: StackVM, f: dict):
+    """nncase trilu on dense float32: keep the upper (or lower) triangle from diagonal k."""
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    x = _dense(vm, inp, F32D, f["rshape_src"])
+    if x.ndim < 2:
+        raise ValueError(f"trilu of a {x.ndim}-d tensor")
+    y = np.triu(x, f["k"]) if f["upper"] else np.tril(x, f["k"])
+    return "trilu", _write_dense(output, y.astype(F32))
+
+
+def _onehot(vm: StackVM, f: dict):
+    """nncase onehot: on_value where the (int32) index equals the position on ``axis``
+    (negative indices count from the end in process_neg mode), off_value elsewhere."""
+    output, off, on, _depth, indices = (vm.pop_addr() for _ in range(5))
+    dt = vm.dtype(f["datatype"])
+    idx = _dense(vm, indices, I32, f["rshape_indices"]).astype(np.int64)
+    shape = vm.shape(f["rshape_dest"])
+    limit(shape, "output")
+    axis = f["axis"]
+    if _op(vm, "onehot_mode", f["onehot_mode"]) == "process_neg":
+        idx = np.where(idx < 0, idx + shape[axis], idx)
+    along = np.arange(shape[axis]).reshape([-1 if i == axis else 1 for i in range(len(shape))])
+    hit = np.expand_dims(idx, axis) == along
+    on_v, off_v = strided(on, dt, (), ()), strided(off, dt, (), ())
+    y = np.where(hit, on_v, off_v).astype(dt)
+    return "onehot", vm.out(output, np.broadcast_to(y, shape), dt, f["rstride_dest"])
+
+
+def _layer_normalization(vm: StackVM, f: dict):
+    output, bias, scale, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    x = _dense(vm, inp, F32D, f["input_shape"])
+    axis = f["axis"] % max(x.ndim, 1)
+    n = int(np.prod(x.shape[axis:], dtype=np.int64))
+    sc, bi = strided(scale, F32D, (n,), (1,)), strided(bias, F32D, (n,), (1,))
+    y = nncase_math.layer_norm(x, sc, bi, axis, f["epsilon"])
+    return "layer_normalization", _write_dense(output, y)
+
+
 #: tensor function name -> handler (functions absent here are refused by name)
 TENSOR = {
     "binary": _binary, "call": _call, "conv2d": _conv2d, "convert": _convert, "copy": _copy,
@@ -422,5 +482,6 @@ TENSOR = {
     "transpose": _transpose, "unary": _unary, "lut1d": _lut1d, "reduce_prod": _reduce_prod,
     "compare": _compare, "broadcast": _broadcast, "reduce_arg": _reduce_arg,
     "ternary": _ternary, "cumsum": _cumsum, "hardmax": _hardmax, "topk": _topk,
-    "equal": _equal,
+    "equal": _equal, "gather_elements": _gather_elements, "trilu": _trilu, "onehot": _onehot,
+    "layer_normalization": _layer_normalization,
 }  # fmt: skip

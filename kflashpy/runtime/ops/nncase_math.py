@@ -426,3 +426,23 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray, low: float, high: flo
     for k in range(a.shape[-1]):
         acc = acc + a32[..., :, k, None] * b32[..., None, k, :]
     return clamp(acc, low, high)
+
+
+def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, axis: int, eps: float):
+    """nncase reference layernorm over the axes from ``axis`` on, in float32: the means
+    are sums of ``v / n`` in order, then ``(x - mean) / sqrt(var + eps) * scale + bias``."""
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    v = x.astype(F32).reshape(outer, -1)
+    n = F32(v.shape[1])
+    mean = np.zeros((outer, 1), F32)
+    for i in range(v.shape[1]):
+        mean = mean + v[:, i : i + 1] / n
+    sub = v - mean
+    sq = sub * sub
+    var = np.zeros((outer, 1), F32)
+    for i in range(v.shape[1]):
+        var = var + sq[:, i : i + 1] / n
+    div = sub / np.sqrt(var + F32(eps))
+    return (div * scale.astype(F32).reshape(1, -1) + bias.astype(F32).reshape(1, -1)).reshape(
+        x.shape
+    )
