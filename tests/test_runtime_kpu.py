@@ -460,3 +460,42 @@ def test_monotone_activation_fast_paths_match_scalar_reference(seed: int, rules)
     (got,) = model.run([x], segment=rules.segment, rounding=rules.rounding)
     np.testing.assert_array_equal(got.reshape(expect.shape), expect)
     assert len(set(got.reshape(-1).tolist())) > 2  # not a saturated, trivial output
+
+
+@pytest.mark.parametrize("rules", [kpu.TieRules(), kpu.TieRules(">=", "sdk")])
+def test_fast_path_ignores_activation_segments_no_bn_value_reaches(rules) -> None:
+    """A decreasing piece beyond the largest BN value the layer can produce (real V3
+    tables have such tail segments) keeps the fused path, with identical results; the
+    same piece inside the reachable range turns it off."""
+    rng = random.Random(15)
+    ic, hw = 3, (8, 16)
+    layer = _layer_with(rng, ic, 2, hw, 4, 15, pool=0, arg_x=-rng.randrange(200) << 15, shr_x=15)
+    f, regs, weights, bn, _act = layer
+    f["oh"], f["ow"] = hw
+    regs = pack_regs(f)
+    x, ram = _input_at_row0(rng, ic, hw)
+    seen: list[int] = []
+    ref_layer(bytearray(ram), regs, weights, bn, _act, rules, seen)
+    base = monotone_act(rng, sorted(rng.sample(sorted(set(seen)), 15)), 1)
+    words = list(struct.unpack("<16Q", base[:128]))
+
+    def with_last_piece(start: int) -> bytes:
+        mul = -3 & 0xFFFF  # decreasing
+        w = words[:]
+        w[15] = 1 | (mul << 8) | ((start & ((1 << 36) - 1)) << 24)
+        return struct.pack("<16Q", *w) + base[128:]
+
+    far = with_last_piece(1 << 34)
+    ref_layer(ram, regs, weights, bn, far, rules)
+    expect = _map_at_row200(ram, f["oc"], f["oh"], f["ow"])
+    model = load(build_v3([(f, regs, weights, bn, far)], int(expect.size)))
+    conv = next(iter(model._convs.values()))
+    assert conv.bn_range[1] < 1 << 34
+    assert kpu.step_lookup(conv, rules) is not None
+    (got,) = model.run([x], segment=rules.segment, rounding=rules.rounding)
+    np.testing.assert_array_equal(got.reshape(expect.shape), expect)
+    near = with_last_piece(conv.bn_range[1] - 1)  # reachable: not monotone any more
+    conv_near = next(
+        iter(load(build_v3([(f, regs, weights, bn, near)], int(expect.size)))._convs.values())
+    )
+    assert kpu.step_lookup(conv_near, rules) is None

@@ -24,17 +24,17 @@ VECTORS = sorted(CORPUS.glob("*/*.kmodel"))
 RESULTS: dict[str, dict[str, str]] = defaultdict(dict)
 #: vectors the runtime runs but not bit for bit, with their largest error in ulp (kept
 #: exact: a change in either direction fails, so this list cannot go stale). The
-#: nncase 1.0-1.1 wheels run float conv2d (and MatMul, compiled as a 1x1 conv2d)
+#: nncase 1.0-1.1 wheels run float conv2d (and MatMul/Gemm, compiled as 1x1 conv2d)
 #: through Halide-generated kernels (their libnncase.so embeds Halide) whose
 #: summation order is not published; docs/runtime.md lists them.
 KNOWN_INEXACT = {
-    "1.0/Conv-float": 246,
-    "1.0/MatMul-float": 8,
-    "1.0/MatMul-uint8": 8,
-    "1.1/Conv-float": 246,
-    "1.1/MatMul-float": 8,
-    "1.1/MatMul-uint8": 8,
-}
+    f"{release}/{case}": ulp
+    for release in ("1.0", "1.1")
+    for case, ulp in {
+        "Conv-float": 246, "DepthwiseConv-float": 127, "Gemm-float": 5, "Gemm-uint8": 5,
+        "MatMul-float": 8, "MatMul-uint8": 8,
+    }.items()
+}  # fmt: skip
 
 
 def _ulps(a: np.ndarray, b: np.ndarray) -> int:
@@ -44,6 +44,13 @@ def _ulps(a: np.ndarray, b: np.ndarray) -> int:
     ia = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)
     ib = np.where(ib < 0, -(ib & 0x7FFFFFFF), ib)
     return int(np.abs(ia - ib).max(initial=0))
+
+
+def _aliases_input(path: Path) -> bool:
+    """Whether an entry output lies in the input pool (memory location 0)."""
+    from kflashpy.model.v5 import parse_v5
+
+    return any(mr.location == 0 for mr in parse_v5(path.read_bytes()).entry.outputs)
 
 
 def _id(path: Path) -> str:
@@ -66,6 +73,14 @@ def test_vector(path: Path) -> None:
         (_ulps(o, e) if e.dtype.kind == "f" else int(np.abs(o.astype(np.int64) - e).max()))
         for o, e in zip(outs, expected, strict=True)
     )
+    if _aliases_input(path):
+        # the output is the input buffer itself (nncase <= 1.7 compile a pure reshape so):
+        # their simulator hands back a fresh output tensor it never writes, so the
+        # expected bytes are undefined; the model's meaning is the input, reshaped
+        RESULTS[release][case] = "input (simulator output undefined)"
+        for o, x in zip(outs, inputs, strict=False):
+            np.testing.assert_array_equal(o.reshape(-1), x.reshape(-1))
+        return
     known = KNOWN_INEXACT.get(f"{release}/{case}")
     RESULTS[release][case] = "bit-exact" if worst == 0 else f"WRONG ({worst} ulp)"
     if known is not None:

@@ -18,7 +18,9 @@ FACTS = Path(__file__).parent / "fixtures" / "nncase_isa"
 
 
 def facts(release: str) -> dict:
-    return json.loads((FACTS / f"v{release}.0.json").read_text())
+    """The transcription of the tag: "1.9" -> v1.9.0, "1.0-rc1" -> v1.0.0-rc1."""
+    number, _, pre = release.partition("-")
+    return json.loads((FACTS / f"v{number}.0{'-' + pre if pre else ''}.json").read_text())
 
 
 def _norm(name: str) -> str:

@@ -18,10 +18,13 @@ import functools
 import struct
 from dataclasses import dataclass
 
-#: every nncase 1.x release tag with its own stackvm headers, oldest first
-RELEASES = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")
+#: every nncase 1.x numbering, oldest first: 1.0's pre-release tags and commit 42e77dc
+#: (2021-10-20; the compilers that wrote the example models of the v1.0.0 tag: yolox
+#: the beta/rc numbering, benchmark/models/cpu/*.kmodel that commit's), then releases
+RELEASES = ("1.0-beta1", "1.0-beta2", "1.0-rc1", "1.0-42e77dc", "1.0", "1.1", "1.2", "1.3",
+            "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")  # fmt: skip
 #: nncase 1.x releases published as Python wheels (1.2 has no wheel)
-WHEEL_RELEASES = ("1.0", "1.1", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")
+WHEEL_RELEASES = ("1.0-beta1", "1.1", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")
 
 # --- base opcodes (identical in every 1.x release) -----------------------------------
 #: opcode -> (name, operands after the opcode byte as "field:struct-format ...")
@@ -60,12 +63,20 @@ OPCODES: dict[int, tuple[str, str]] = {
 TENSOR_OPCODE = 0x5E
 
 # --- tensor functions: numbering per release ------------------------------------------
+#: 1.0's pre-releases: no cumsum, hardmax or reduce_arg yet
+_T_1_0_PRE = (
+    "batch_to_space", "binary", "broadcast", "call", "clamp", "conv2d", "conv2d_transpose",
+    "convert", "copy", "dequantize", "gather", "gather_nd", "logistic", "lut1d", "matmul",
+    "onehot", "pad", "quantize", "reduce", "reduce_window2d", "resize_image", "slice",
+    "softmax", "space_to_batch", "take", "transpose", "unary",
+)  # fmt: skip
 _T_1_0 = (
     "batch_to_space", "binary", "broadcast", "call", "clamp", "conv2d", "conv2d_transpose",
     "convert", "copy", "cumsum", "dequantize", "gather", "gather_nd", "hardmax", "logistic",
     "lut1d", "matmul", "onehot", "pad", "quantize", "reduce", "reduce_arg", "reduce_window2d",
     "resize_image", "slice", "softmax", "space_to_batch", "take", "transpose", "unary",
 )  # fmt: skip
+_T_1_0_DEV = tuple(f for f in _T_1_0 if f != "hardmax")  # commit 42e77dc: no hardmax yet
 _T_1_1 = (
     *_T_1_0[:20], "random_normal", "random_uniform", "reduce", "reduce_arg", "reduce_prod",
     "reduce_window2d", "resize_image", "slice", "softmax", "space_to_batch", "take", "ternary",
@@ -80,7 +91,9 @@ _T_1_6 = (*_T_1_2[:4], "compare", *_T_1_2[4:])
 _T_1_8 = (*_T_1_6, "gru", "tflite_detection_postprocess", "layer_normalization", "compress",
           "gather_elements")  # fmt: skip
 TENSOR_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "1.0": _T_1_0, "1.1": _T_1_1, "1.2": _T_1_2, "1.3": _T_1_3, "1.4": _T_1_3, "1.5": _T_1_3,
+    "1.0-beta1": _T_1_0_PRE, "1.0-beta2": _T_1_0_PRE, "1.0-rc1": _T_1_0_PRE,
+    "1.0-42e77dc": _T_1_0_DEV, "1.0": _T_1_0,
+    "1.1": _T_1_1, "1.2": _T_1_2, "1.3": _T_1_3, "1.4": _T_1_3, "1.5": _T_1_3,
     "1.6": _T_1_6, "1.7": _T_1_6, "1.8": _T_1_8, "1.9": _T_1_8,
 }  # fmt: skip
 
@@ -89,63 +102,63 @@ TENSOR_FUNCTIONS: dict[str, tuple[str, ...]] = {
 #: has no such instruction (nncase's runtime of that release cannot read it either)
 _S = "datatype:B rshape_src:B rstride_src:B rstride_dest:B"
 _LAYOUTS: dict[str, list[tuple[str, str]]] = {
-    "batch_to_space": [("1.0", _S + " rshape_block:B rpad_crops:B")],
+    "batch_to_space": [("1.0-beta1", _S + " rshape_block:B rpad_crops:B")],
     "binary": [
-        ("1.0", "datatype:B rshape_src1:B rstride_src1:B rshape_src2:B rstride_src2:B "
+        ("1.0-beta1", "datatype:B rshape_src1:B rstride_src1:B rshape_src2:B rstride_src2:B "
                 "rstride_dest:B binary_op:B fused_clamp_low:f fused_clamp_high:f"),
         ("1.4", "datatype:B rshape_src1:B rstride_src1:B rshape_src2:B rstride_src2:B "
                 "rshape_dest:B rstride_dest:B binary_op:B fused_clamp_low:f fused_clamp_high:f"),
     ],
-    "broadcast": [("1.0", "datatype:B rshape_src:B rstride_src:B rshape_dest:B rstride_dest:B")],
-    "call": [("1.0", "function_id:I module_id:H num_src:B num_dst:B")],
+    "broadcast": [("1.0-beta1", "datatype:B rshape_src:B rstride_src:B rshape_dest:B rstride_dest:B")],
+    "call": [("1.0-beta1", "function_id:I module_id:H num_src:B num_dst:B")],
     "compare": [("1.6", "datatype:B rshape_src1:B rstride_src1:B rshape_src2:B rstride_src2:B "
                         "rshape_dest:B rstride_dest:B compare_op:B")],
     "compress": [("1.8", "input_shape_src:B condition_shape_src:B axis:f")],
-    "conv2d": [("1.0", "datatype:B rshape_src:B rstride_src:B rshape_kernel:B rstride_kernel:B "
+    "conv2d": [("1.0-beta1", "datatype:B rshape_src:B rstride_src:B rshape_kernel:B rstride_kernel:B "
                        "rstride_bias:B rstride_dest:B groups:H stride_h:H stride_w:H "
                        "dilation_h:H dilation_w:H fused_clamp_low:f fused_clamp_high:f")],
-    "convert": [("1.0", "in_datatype:B dst_datatype:B rshape_src:B rstride_src:B rstride_dest:B")],
-    "copy": [("1.0", "datatype:B rshape:B rstride_src:B rstride_dest:B")],
-    "cumsum": [("1.0", "datatype:B rshape_src:B axis:i exclusive:? reverse:?")],
-    "dequantize": [("1.0", "in_datatype:B dst_datatype:B rshape_src:B rstride_src:B "
+    "convert": [("1.0-beta1", "in_datatype:B dst_datatype:B rshape_src:B rstride_src:B rstride_dest:B")],
+    "copy": [("1.0-beta1", "datatype:B rshape:B rstride_src:B rstride_dest:B")],
+    "cumsum": [("1.0-42e77dc", "datatype:B rshape_src:B axis:i exclusive:? reverse:?")],
+    "dequantize": [("1.0-beta1", "in_datatype:B dst_datatype:B rshape_src:B rstride_src:B "
                            "rstride_dest:B")],
     "equal": [("1.3", "datatype:B rshape_src1:B rstride_src1:B rshape_src2:B rstride_src2:B "
                       "rstride_dest:B")],
-    "gather": [("1.0", "datatype:B rshape_src:B rshape_dest:B rstride_src:B rstride_dest:B "
+    "gather": [("1.0-beta1", "datatype:B rshape_src:B rshape_dest:B rstride_src:B rstride_dest:B "
                        "rshape_indices:B axis:B")],
     "gather_elements": [("1.8", "input_shape_src:B indices_shape_src:B axis:i")],
-    "gather_nd": [("1.0", "datatype:B rshape_src:B rshape_dest:B rstride_src:B rstride_dest:B "
+    "gather_nd": [("1.0-beta1", "datatype:B rshape_src:B rshape_dest:B rstride_src:B rstride_dest:B "
                           "rshape_indices:B batch_dims:B")],
     "gru": [("1.8", "input_shape_src:B w_shape_src:B direction:B"),
             ("1.9", "input_shape_src:B w_shape_src:B direction:B linear_before_reset:?")],
     "hardmax": [("1.0", "datatype:B rshape_src:B rstride_src:B axis:i")],
     "layer_normalization": [("1.8", "datatype:B input_shape:B axis:i epsilon:f")],
-    "lut1d": [("1.0", "datatype:B rshape_src:B rstride_src:B rstride_dest:B table_len:H")],
+    "lut1d": [("1.0-beta1", "datatype:B rshape_src:B rstride_src:B rstride_dest:B table_len:H")],
     "matmul": [
         ("1.3", "rshape_src1:B rshape_src2:B fused_clamp_low:f fused_clamp_high:f"),
         ("1.4", "rshape_src1:B rstride_src1:B rshape_src2:B rstride_src2:B rshape_dest:B "
                 "rstride_dest:B fused_clamp_low:f fused_clamp_high:f"),
     ],
-    "onehot": [("1.0", "datatype:B rshape_indices:B rshape_dest:B rstride_dest:B axis:B "
+    "onehot": [("1.0-beta1", "datatype:B rshape_indices:B rshape_dest:B rstride_dest:B axis:B "
                        "onehot_mode:B")],
-    "pad": [("1.0", _S + " rpaddings:B pad_mode:B")],
-    "quantize": [("1.0", "in_datatype:B dst_datatype:B rshape_src:B rstride_src:B rstride_dest:B")],
+    "pad": [("1.0-beta1", _S + " rpaddings:B pad_mode:B")],
+    "quantize": [("1.0-beta1", "in_datatype:B dst_datatype:B rshape_src:B rstride_src:B rstride_dest:B")],
     "random_normal": [("1.1", "datatype_dest:B rshape_dest:B mean:f std:f seed:f")],
     "random_uniform": [("1.1", "datatype_dest:B rshape_dest:B low:f high:f seed:f")],
-    "reduce": [("1.0", _S + " reduce_op:B rshape_axis:B keep_dims:?")],
-    "reduce_arg": [("1.0", "datatype_src:B rshape_src:B rstride_src:B datatype_dest:B "
+    "reduce": [("1.0-beta1", _S + " reduce_op:B rshape_axis:B keep_dims:?")],
+    "reduce_arg": [("1.0-42e77dc", "datatype_src:B rshape_src:B rstride_src:B datatype_dest:B "
                            "rstride_dest:B reduce_arg_op:B rshape_axis:B keep_dims:? "
                            "select_last_idx:?")],
     "reduce_prod": [("1.1", "rshape_src:B rstride_src:B rstride_dest:B rshape_axes:B keep_dims:?"),
                     ("1.6", _S + " rshape_axes:B keep_dims:?")],
-    "reduce_window2d": [("1.0", "datatype:B reduce_op:B rshape_src:B rstride_src:B "
+    "reduce_window2d": [("1.0-beta1", "datatype:B reduce_op:B rshape_src:B rstride_src:B "
                                 "rstride_dest:B filter_h:H filter_w:H stride_h:H stride_w:H "
                                 "dilation_h:H dilation_w:H fused_clamp_low:f fused_clamp_high:f")],
-    "resize_image": [("1.0", _S + " align_corners:? half_pixel_centers:? image_resize_mode:B")],
+    "resize_image": [("1.0-beta1", _S + " align_corners:? half_pixel_centers:? image_resize_mode:B")],
     "roi_align": [("1.2", "datatype:B rshape_src:B rshape_dest:B mode:B spatial_scale:f "
                           "sampling_ratio:q")],
     "sigmoid": [("1.2", "datatype:B rshape_src:B rstride_src:B"), ("1.3", _S)],
-    "slice": [("1.0", _S + " rbegins:B rends:B rstrides:B")],
+    "slice": [("1.0-beta1", _S + " rbegins:B rends:B rstrides:B")],
     "softmax": [("1.6", _S + " axis:i beta:f")],
     "space_to_batch": [("1.8", _S + " rshape_block:B rpad_crops:B")],
     "ternary": [("1.1", "datatype:B rshape_src1:B rstride_src1:B rshape_src2:B rstride_src2:B "
@@ -157,9 +170,9 @@ _LAYOUTS: dict[str, list[tuple[str, str]]] = {
                 "num_classes:i y_scale:f x_scale:f h_scale:f w_scale:f")],
     "topk": [("1.2", "datatype:B rshape_src:B rstride_src:B rshape_dest1:B rstride_dest1:B "
                      "rshape_dest2:B rstride_dest2:B k:q axis:i largest:? sorted:?")],
-    "transpose": [("1.0", _S + " rshape_perm:B")],
+    "transpose": [("1.0-beta1", _S + " rshape_perm:B")],
     "trilu": [("1.2", "datatype:B rshape_src:B upper:? k:q")],
-    "unary": [("1.0", _S + " unary_op:B")],
+    "unary": [("1.0-beta1", _S + " unary_op:B")],
 }  # fmt: skip
 
 #: what each tensor function's handler pops, in order (a: address, s: scalar,
@@ -185,9 +198,14 @@ BINARY_OPS = ("add", "sub", "mul", "div", "min", "max", "pow", "floor_div", "flo
 _U_1_0 = ("abs", "acos", "asin", "ceil", "cos", "exp", "floor", "log", "neg", "round", "rsqrt",
           "sin", "sqrt", "square", "tanh", "bitwise_not", "logical_not")  # fmt: skip
 _U_1_1 = (*_U_1_0[:11], "sign", *_U_1_0[11:])
+#: 1.0-beta1/beta2: no acos, asin
+_U_BETA = (_U_1_0[0], *_U_1_0[3:])
 UNARY_OPS: dict[str, tuple[str, ...]] = {
-    r: _U_1_0 if r == "1.0" else _U_1_1 if r < "1.8" else (*_U_1_1, "erf") for r in RELEASES
-}
+    "1.0-beta1": _U_BETA, "1.0-beta2": _U_BETA, "1.0-rc1": _U_1_0, "1.0-42e77dc": _U_1_0,
+    "1.0": _U_1_0,
+    **{r: _U_1_1 for r in ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7")},
+    "1.8": (*_U_1_1, "erf"), "1.9": (*_U_1_1, "erf"),
+}  # fmt: skip
 REDUCE_OPS = ("mean", "min", "max", "sum")
 REDUCE_ARG_OPS = ("arg_min", "arg_max")
 COMPARE_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
@@ -226,9 +244,14 @@ class Isa:
         self.release = release
         self.functions = TENSOR_FUNCTIONS[release]
         self.unary_ops = UNARY_OPS[release]
-        self.compare_ops = COMPARE_OPS if release >= "1.6" else ()
+        self.compare_ops = COMPARE_OPS if self.at_least("1.6") else ()
+        self.reduce_arg_ops = REDUCE_ARG_OPS if self.at_least("1.0-42e77dc") else ()
         #: stack values per padding: (before, after), and interior from 1.1 on
-        self.padding_values = 2 if release == "1.0" else 3
+        self.padding_values = 3 if self.at_least("1.1") else 2
+
+    def at_least(self, release: str) -> bool:
+        """Whether this release is ``release`` or a later one."""
+        return RELEASES.index(self.release) >= RELEASES.index(release)
 
     def function(self, number: int) -> str:
         """The name of tensor function ``number``."""
@@ -244,7 +267,7 @@ class Isa:
         runtime has no reader for it, so no file of that release can hold it)."""
         spec = None
         for first, fields in _LAYOUTS.get(name, ()):
-            if first <= self.release:
+            if self.at_least(first):
                 spec = fields
         return _layout(spec) if spec else None
 
@@ -252,7 +275,7 @@ class Isa:
         """Entry ``number`` of one of the op enums (binary, unary, reduce, ...)."""
         names = {
             "binary": BINARY_OPS, "unary": self.unary_ops, "reduce": REDUCE_OPS,
-            "reduce_arg": REDUCE_ARG_OPS, "compare": self.compare_ops, "pad_mode": PAD_MODES,
+            "reduce_arg": self.reduce_arg_ops, "compare": self.compare_ops, "pad_mode": PAD_MODES,
             "resize_mode": RESIZE_MODES, "onehot_mode": ONEHOT_MODES,
         }[table]  # fmt: skip
         if not 0 <= number < len(names):
@@ -502,7 +525,8 @@ def _span(releases: tuple[str, ...]) -> str:
     """'1.6-1.9' for a run of consecutive releases, else a comma list."""
     idx = [RELEASES.index(r) for r in releases]
     if len(idx) > 1 and idx == list(range(idx[0], idx[-1] + 1)):
-        return f"{releases[0]}-{releases[-1]}"
+        sep = " to " if "-" in releases[0] + releases[-1] else "-"
+        return f"{releases[0]}{sep}{releases[-1]}"
     return ", ".join(releases)
 
 

@@ -203,6 +203,9 @@ class ConvLayer:
     bn_monotone: bool = field(init=False, repr=False)
     #: BN values provably inside the fast path's range for any input (no check per run)
     bn_bounded: bool = field(init=False, repr=False)
+    #: (lowest, highest) BN value any u8 input can produce, over all channels: the
+    #: activation only matters there (see :func:`step_lookup`)
+    bn_range: tuple[int, int] = field(init=False, repr=False)
 
     @property
     def macs(self) -> int:
@@ -244,11 +247,9 @@ class ConvLayer:
             "acc_dtype": np.float32 if acc_bound < 1 << 24 else np.float64,
             "acc_bound": acc_bound,
             "bn_monotone": not np.any(self.bn.mul < 0),
-            "bn_bounded": all(
-                (((acc_bound + abs(int(b))) * abs(int(m))) >> int(sh)) + 1 + abs(int(a)) <= _BN_MAX
-                for b, m, sh, a in zip(bias, self.bn.mul, self.bn.shift, self.bn.add, strict=True)
-            ),
         }
+        lo, hi = derived["bn_range"] = _bn_range(acc_bound, bias, self.bn)
+        derived["bn_bounded"] = lo >= _BN_MIN and hi <= _BN_MAX
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
@@ -301,6 +302,18 @@ class ConvLayer:
             bn=BatchNorm(mul, add, shift),
             act=decode_activation(bytes(act_table)),
         )
+
+
+def _bn_range(acc_bound: int, bias: np.ndarray, bn: BatchNorm) -> tuple[int, int]:
+    """Lowest and highest BN value over every channel for accumulators (with their
+    channel constant) in [bias - acc_bound, bias + acc_bound]: BN is monotone in the
+    accumulator per channel, so the ends of that interval bound it (exact ints)."""
+    lo = hi = None
+    for b, m, sh, a in zip(bias, bn.mul, bn.shift, bn.add, strict=True):
+        ends = [(((int(b) + d) * int(m)) >> int(sh)) + int(a) for d in (-acc_bound, acc_bound)]
+        lo = min(ends) if lo is None else min(lo, *ends)
+        hi = max(ends) if hi is None else max(hi, *ends)
+    return (lo, hi) if lo is not None else (0, 0)
 
 
 def kernel_size(kernel_type: int, what: str = "KPU layer") -> int:
@@ -584,10 +597,11 @@ class StepLookup:
         return g
 
     @classmethod
-    def build(cls, thr: np.ndarray) -> StepLookup:
+    def build(cls, thr: np.ndarray, lo: int = _BN_MIN, hi: int = _BN_MAX) -> StepLookup:
+        """From thresholds over the BN range [lo, hi] (see _activation_thresholds)."""
         big = np.iinfo(np.int64).max
         table = np.concatenate([[-big - 1], thr, [big]]).astype(np.int64)
-        finite = thr[(thr > _BN_MIN) & (thr <= _BN_MAX)]
+        finite = thr[(thr > lo) & (thr <= hi)]
         if finite.size == 0:
             return cls(table, 0, 0, np.zeros(1, np.uint8), None)
         base = int(finite.min()) - 1
@@ -603,42 +617,50 @@ class StepLookup:
         return cls(table, base, shift, coarse, worst if worst <= _MAX_STEPS else None)
 
 
-def _activation_thresholds(act: ActivationTable, rules: TieRules) -> np.ndarray | None:
-    """T[t-1] = smallest BN value whose activation output is >= t (t = 1..255), or None
-    when the activation is not non-decreasing over the BN range.
+def _activation_thresholds(
+    act: ActivationTable, rules: TieRules, lo_bn: int = _BN_MIN, hi_bn: int = _BN_MAX
+) -> np.ndarray | None:
+    """T[t-1] = smallest BN value in [lo_bn, hi_bn] whose activation output is >= t
+    (t = 1..255; hi_bn + 1 when none), or None when the activation is not
+    non-decreasing over that range (the BN values a layer can reach).
 
     Between consecutive segment starts the chosen segment is fixed, so the function is
     non-decreasing iff every reachable piece has y_mul >= 0 (its shifted value is then
     >= 0, where both rounding rules are monotone) and no piece starts below where the
-    previous one ended.
+    previous one ended. Pieces outside the range (table segments no input reaches) do
+    not count.
     """
     edge = 1 if rules.segment == ">" else 0
-    starts = np.unique(np.clip(np.concatenate([[_BN_MIN], act.x_start + edge]), _BN_MIN, _BN_MAX))
-    ends = np.append(starts[1:] - 1, _BN_MAX)
+    starts = np.unique(np.clip(np.concatenate([[lo_bn], act.x_start + edge]), lo_bn, hi_bn))
+    ends = np.append(starts[1:] - 1, hi_bn)
     f_start = activate(act, starts, rules).astype(np.int64)
     f_end = activate(act, ends, rules).astype(np.int64)
     seg = _segment(act.x_start, starts, rules)
     if np.any((act.y_mul[seg] < 0) & (starts < ends)) or np.any(f_start[1:] < f_end[:-1]):
         return None
-    lo = np.full(255, _BN_MIN, dtype=np.int64)
-    hi = np.full(255, _BN_MAX + 1, dtype=np.int64)  # hi = "never reaches t"
+    lo = np.full(255, lo_bn, dtype=np.int64)
+    hi = np.full(255, hi_bn + 1, dtype=np.int64)  # hi = "never reaches t"
     t = np.arange(1, 256)
     while np.any(lo < hi):
         mid = lo + (hi - lo) // 2
-        ok = activate(act, np.minimum(mid, _BN_MAX), rules).astype(np.int64) >= t
-        ok &= mid <= _BN_MAX
+        ok = activate(act, np.minimum(mid, hi_bn), rules).astype(np.int64) >= t
+        ok &= mid <= hi_bn
         hi = np.where(ok & (lo < hi), mid, hi)
         lo = np.where(~ok & (lo < hi), mid + 1, lo)
     return lo
 
 
 def step_lookup(layer: ConvLayer, rules: TieRules) -> StepLookup | None:
-    """The layer's activation as a :class:`StepLookup`, or None when it is not
-    monotone (then the direct path runs). Cached on the layer per rules."""
+    """The layer's activation as a :class:`StepLookup` over the BN values the layer can
+    reach (``bn_range``), or None when it is not monotone there (then the direct path
+    runs). Cached on the layer per rules."""
     if rules in layer._fused:
         return layer._fused[rules]
-    thr = _activation_thresholds(layer.act, rules)
-    result = None if thr is None else StepLookup.build(thr)
+    lo, hi = layer.bn_range
+    thr = None
+    if lo >= _BN_MIN and hi <= _BN_MAX:  # always, for the KPU's 36-bit values
+        thr = _activation_thresholds(layer.act, rules, lo, hi)
+    result = None if thr is None else StepLookup.build(thr, lo, hi)
     layer._fused[rules] = result
     return result
 
@@ -748,12 +770,8 @@ def run_conv(layer: ConvLayer, x: np.ndarray, rules: TieRules, fused: bool = Tru
     if affine is not None:
         return pool(affine(acc), pool_type, out_hw)
     bn = batch_norm(layer, acc)
-    if look is not None and (
-        layer.bn_bounded or (bn.size and bn.min() >= _BN_MIN and bn.max() <= _BN_MAX)
-    ):
-        y = look(bn)
-    else:
-        y = activate(layer.act, bn, rules)
+    # a lookup is built over every BN value the layer can reach
+    y = look(bn) if look is not None else activate(layer.act, bn, rules)
     return pool(y, pool_type, out_hw)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import NotImplementedOpError
-from ..model.stackvm import Instruction
+from ..model.stackvm import Instruction, isa
 from .kpu import KpuRam
 from .model import DAMAGE_ERRORS, damaged
 
@@ -139,7 +139,7 @@ class StackVM:
 
     def pop_padding(self) -> tuple[int, int, int]:
         """(before, after, interior); nncase 1.0 pushes no interior."""
-        interior = self.pop_int() if self.release != "1.0" else 0
+        interior = self.pop_int() if isa(self.release).padding_values == 3 else 0
         after, before = self.pop_int(), self.pop_int()
         return before, after, interior
 

@@ -137,14 +137,36 @@ def _conv2d(vm: StackVM, f: dict):
 
 def _matmul(vm: StackVM, f: dict):
     output, bias, b_addr, a_addr = vm.pop_addr(), vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
-    if "rstride_src1" not in f:  # nncase 1.3's short form: dense operands
-        raise vm.fail("tensor.matmul in its nncase 1.3 form (no strides)")
-    a = vm.view(a_addr, F32D, f["rshape_src1"], f["rstride_src1"])
-    b = vm.view(b_addr, F32D, f["rshape_src2"], f["rstride_src2"])
+    if "rstride_src1" in f:
+        a = vm.view(a_addr, F32D, f["rshape_src1"], f["rstride_src1"])
+        b = vm.view(b_addr, F32D, f["rshape_src2"], f["rstride_src2"])
+    else:  # nncase 1.3's short form: dense operands (its kernel ignores strides)
+        sa, sb = vm.shape(f["rshape_src1"]), vm.shape(f["rshape_src2"])
+        a, b = (
+            strided(a_addr, F32D, sa, _dense_strides(sa)),
+            strided(b_addr, F32D, sb, _dense_strides(sb)),
+        )
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul of shapes {a.shape} and {b.shape}")
     limit((*a.shape[:-1], b.shape[-1]), "output")
     bias = strided(bias, F32D, (b.shape[-1],), (1,))
-    y = np.clip((a @ b).astype(F32) + bias, F32(f["fused_clamp_low"]), F32(f["fused_clamp_high"]))
-    return "matmul", vm.out(output, y.astype(F32), F32D, f["rstride_dest"])
+    y = nncase_math.matmul(a, b, bias, f["fused_clamp_low"], f["fused_clamp_high"])
+    if "rstride_dest" in f:
+        return "matmul", vm.out(output, y, F32D, f["rstride_dest"])
+    strided(output, F32D, y.shape, _dense_strides(y.shape))[...] = y
+    return "matmul", y
+
+
+def _equal(vm: StackVM, f: dict):
+    """nncase 1.3-1.5 equal: broadcast ``a == b`` written as bool bytes."""
+    output, b_addr, a_addr = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    dt = vm.dtype(f["datatype"])
+    a = vm.view(a_addr, dt, f["rshape_src1"], f["rstride_src1"])
+    b = vm.view(b_addr, dt, f["rshape_src2"], f["rstride_src2"])
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    limit(shape, "output")
+    y = np.broadcast_to(a == b, shape).astype(np.uint8)
+    return "equal", vm.out(output, y, np.dtype("u1"), f["rstride_dest"])
 
 
 def _binary(vm: StackVM, f: dict):
@@ -348,6 +370,109 @@ def _dense_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _ternary(vm: StackVM, f: dict):
+    """nncase ternary (Where): ``a ? b : c`` with a float32 condition, broadcast."""
+    output, c_addr, b_addr, a_addr = vm.pop_addr(), vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    dt = vm.dtype(f["datatype"])
+    a = vm.view(a_addr, F32D, f["rshape_src1"], f["rstride_src1"])
+    b = vm.view(b_addr, dt, f["rshape_src2"], f["rstride_src2"])
+    c = vm.view(c_addr, dt, f["rshape_src3"], f["rstride_src3"])
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    limit(shape, "output")
+    return "ternary", vm.out(output, np.where(a != 0, b, c), dt, f["rstride_dest"])
+
+
+def _cumsum(vm: StackVM, f: dict):
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    shape = vm.shape(f["rshape_src"])
+    dt = vm.dtype(f["datatype"])
+    x = strided(inp, dt, shape, _dense_strides(shape))  # nncase reads it densely
+    y = nncase_math.cumsum(x, f["axis"] % max(x.ndim, 1), bool(f["exclusive"]), bool(f["reverse"]))
+    strided(output, dt, shape, _dense_strides(shape))[...] = y
+    return "cumsum", y
+
+
+def _hardmax(vm: StackVM, f: dict):
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
+    y = nncase_math.hardmax(x, f["axis"] % max(x.ndim, 1))
+    target = strided(output, x.dtype, x.shape, vm.shape(f["rstride_src"]))  # input strides
+    target[...] = y
+    return "hardmax", y
+
+
+def _topk(vm: StackVM, f: dict):
+    out_b, out_a, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
+    axis = f["axis"] % max(x.ndim, 1)
+    if not 0 < f["k"] <= x.shape[axis]:
+        raise ValueError(f"topk k {f['k']} for an axis of {x.shape[axis]}")
+    values, index = nncase_math.topk(x, f["k"], axis, bool(f["largest"]), bool(f["sorted"]))
+    vm.out(out_a, values, x.dtype, f["rstride_dest1"])
+    vm.out(out_b, index, np.dtype("<i8"), f["rstride_dest2"])
+    return "topk", values
+
+
+def _dense(vm: StackVM, addr, dt, reg: int) -> np.ndarray:
+    """A tensor nncase's kernel reads densely (it is given no strides)."""
+    shape = vm.shape(reg)
+    return strided(addr, vm.dtype(dt) if isinstance(dt, int) else dt, shape, _dense_strides(shape))
+
+
+def _write_dense(addr, value: np.ndarray) -> np.ndarray:
+    strided(addr, value.dtype, value.shape, _dense_strides(value.shape))[...] = value
+    return value
+
+
+def _gather_elements(vm: StackVM, f: dict):
+    """nncase gather_elements: float input, int64 indices (negative ones count from the
+    end), dense tensors; the output has the indices' shape."""
+    output, indices, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    x = _dense(vm, inp, F32D, f["input_shape_src"])
+    idx = _dense(vm, indices, np.dtype("<i8"), f["indices_shape_src"])
+    axis = f["axis"] % max(x.ndim, 1)
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    return "gather_elements", _write_dense(output, np.take_along_axis(x, idx, axis=axis))
+
+
+def _trilu(vm: StackVM, f: dict):
+    """nncase trilu on dense float32: keep the upper (or lower) triangle from diagonal k."""
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    x = _dense(vm, inp, F32D, f["rshape_src"])
+    if x.ndim < 2:
+        raise ValueError(f"trilu of a {x.ndim}-d tensor")
+    y = np.triu(x, f["k"]) if f["upper"] else np.tril(x, f["k"])
+    return "trilu", _write_dense(output, y.astype(F32))
+
+
+def _onehot(vm: StackVM, f: dict):
+    """nncase onehot: on_value where the (int32) index equals the position on ``axis``
+    (negative indices count from the end in process_neg mode), off_value elsewhere."""
+    output, off, on, _depth, indices = (vm.pop_addr() for _ in range(5))
+    dt = vm.dtype(f["datatype"])
+    idx = _dense(vm, indices, I32, f["rshape_indices"]).astype(np.int64)
+    shape = vm.shape(f["rshape_dest"])
+    limit(shape, "output")
+    axis = f["axis"]
+    if _op(vm, "onehot_mode", f["onehot_mode"]) == "process_neg":
+        idx = np.where(idx < 0, idx + shape[axis], idx)
+    along = np.arange(shape[axis]).reshape([-1 if i == axis else 1 for i in range(len(shape))])
+    hit = np.expand_dims(idx, axis) == along
+    on_v, off_v = strided(on, dt, (), ()), strided(off, dt, (), ())
+    y = np.where(hit, on_v, off_v).astype(dt)
+    return "onehot", vm.out(output, np.broadcast_to(y, shape), dt, f["rstride_dest"])
+
+
+def _layer_normalization(vm: StackVM, f: dict):
+    output, bias, scale, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    x = _dense(vm, inp, F32D, f["input_shape"])
+    axis = f["axis"] % max(x.ndim, 1)
+    n = int(np.prod(x.shape[axis:], dtype=np.int64))
+    sc, bi = strided(scale, F32D, (n,), (1,)), strided(bias, F32D, (n,), (1,))
+    y = nncase_math.layer_norm(x, sc, bi, axis, f["epsilon"])
+    return "layer_normalization", _write_dense(output, y)
+
+
 #: tensor function name -> handler (functions absent here are refused by name)
 TENSOR = {
     "binary": _binary, "call": _call, "conv2d": _conv2d, "convert": _convert, "copy": _copy,
@@ -356,4 +481,7 @@ TENSOR = {
     "resize_image": _resize_image, "sigmoid": _sigmoid, "slice": _slice, "softmax": _softmax,
     "transpose": _transpose, "unary": _unary, "lut1d": _lut1d, "reduce_prod": _reduce_prod,
     "compare": _compare, "broadcast": _broadcast, "reduce_arg": _reduce_arg,
+    "ternary": _ternary, "cumsum": _cumsum, "hardmax": _hardmax, "topk": _topk,
+    "equal": _equal, "gather_elements": _gather_elements, "trilu": _trilu, "onehot": _onehot,
+    "layer_normalization": _layer_normalization,
 }  # fmt: skip

@@ -133,13 +133,22 @@ class V5Model(Model):
                 fwhere = f"{where} function {f.index}"
                 check_size(f.input_pool_size, fwhere, "input_pool_size", f.offset)
                 check_size(f.output_pool_size, fwhere, "output_pool_size", f.offset)
-        for kind, specs, ranges, pool in (
-            ("input", self.inputs, entry.inputs, entry.input_pool_size),
-            ("output", self.outputs, entry.outputs, entry.output_pool_size),
+        pools = {LOC_INPUT: entry.input_pool_size, LOC_OUTPUT: entry.output_pool_size}
+        for kind, specs, ranges in (
+            ("input", self.inputs, entry.inputs),
+            ("output", self.outputs, entry.outputs),
         ):
             for spec, mr in zip(specs, ranges, strict=True):
                 nbytes = spec.size * spec.dtype.itemsize
                 check_spec(spec, f"{self.name}: entry function", entry.offset)
+                if mr.location not in pools or (kind == "input" and mr.location != LOC_INPUT):
+                    raise FormatError(
+                        f"{self.name}: entry function at byte {entry.offset:#x}: {spec.name} "
+                        f"is in memory location {mr.location}, not an input/output pool",
+                        DAMAGED_HINT,
+                    )
+                pool = pools[mr.location]  # an output may alias the input (a reshape)
+                kind = {LOC_INPUT: "input", LOC_OUTPUT: "output"}[mr.location]
                 if mr.start + nbytes > max(pool, 1):
                     raise FormatError(
                         f"{self.name}: entry function at byte {entry.offset:#x}: {spec.name} "
@@ -246,7 +255,8 @@ class V5Model(Model):
             self._rams.append(ram)
         outs = []
         for spec, mr in zip(self.outputs, fn.outputs, strict=True):
-            raw = out_pool[mr.start : mr.start + spec.size * spec.dtype.itemsize]
+            pool = in_pool if mr.location == LOC_INPUT else out_pool  # see _check_memory
+            raw = pool[mr.start : mr.start + spec.size * spec.dtype.itemsize]
             outs.append(
                 raw.view(spec.dtype).astype(spec.dtype.newbyteorder("=")).reshape(spec.shape)
             )

@@ -176,34 +176,42 @@ def c_max_first(dest: np.ndarray, v: np.ndarray) -> np.ndarray:
 def conv2d(x, w, bias, groups: int, stride, pads, dilation, out_hw) -> np.ndarray:
     """nncase reference conv2d on NCHW float32: each output starts at its bias and adds
     ``input * weight`` tap by tap (input channel, then kernel row, then column), each
-    product and sum rounded to float32 (taps in the padding are skipped)."""
+    product and sum rounded to float32; taps in the padding are skipped (not added as
+    zeros, which could turn a -0.0 sum into +0.0)."""
     n, c, h, wd = x.shape
     oc, icg, kh, kw = w.shape
     (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
     pt, pl = pads[0], pads[2]
     ocg = oc // groups
-    x = x.astype(F32)
-    w = w.astype(F32)
-    out = np.empty((n, oc, oh, ow), F32)
     ys = np.arange(oh) * sh - pt
     xs = np.arange(ow) * sw - pl
+    # a zero-padded copy makes every tap a strided view; the mask says which are real
+    top, left = max(0, -int(ys.min(initial=0))), max(0, -int(xs.min(initial=0)))
+    bottom = max(0, int(ys.max(initial=0)) + (kh - 1) * dh + 1 - h)
+    right = max(0, int(xs.max(initial=0)) + (kw - 1) * dw + 1 - wd)
+    xp = np.pad(x.astype(F32), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    w = w.astype(F32)
+    taps = []  # (row, column in xp, ky, kx, mask of real taps or None when all are)
+    for ky in range(kh):
+        vy = ((ys + ky * dh) >= 0) & ((ys + ky * dh) < h)
+        for kx in range(kw):
+            vx = ((xs + kx * dw) >= 0) & ((xs + kx * dw) < wd)
+            valid = None if vy.all() and vx.all() else (vy[:, None] & vx[None, :])[None, None]
+            taps.append((top + ky * dh - pt, left + kx * dw - pl, ky, kx, valid))
+    out = np.empty((n, oc, oh, ow), F32)
     for g in range(groups):
-        acc = np.broadcast_to(bias[g * ocg : (g + 1) * ocg].astype(F32)[None, :, None, None],
-                              (n, ocg, oh, ow)).copy()  # fmt: skip
+        acc = np.empty((n, ocg, oh, ow), F32)
+        acc[...] = bias[g * ocg : (g + 1) * ocg].astype(F32)[None, :, None, None]
+        wg = w[g * ocg : (g + 1) * ocg, :, :, :, None, None]
         for ic in range(icg):
-            plane = x[:, g * icg + ic]
-            for ky in range(kh):
-                yy = ys + ky * dh
-                vy = (yy >= 0) & (yy < h)
-                for kx in range(kw):
-                    xx = xs + kx * dw
-                    vx = (xx >= 0) & (xx < wd)
-                    tap = plane[:, np.clip(yy, 0, h - 1)][:, :, np.clip(xx, 0, wd - 1)]
-                    prod = (
-                        tap[:, None] * w[g * ocg : (g + 1) * ocg, ic, ky, kx][None, :, None, None]
-                    )
-                    valid = (vy[:, None] & vx[None, :])[None, None]
-                    acc = np.where(valid, acc + prod, acc)
+            plane = xp[:, g * icg + ic]
+            for y0, x0, ky, kx, valid in taps:
+                tap = plane[:, y0 : y0 + (oh - 1) * sh + 1 : sh, x0 : x0 + (ow - 1) * sw + 1 : sw]
+                prod = tap[:, None] * wg[None, :, ic, ky, kx]
+                if valid is None:
+                    acc += prod
+                else:
+                    np.add(acc, prod, out=acc, where=valid)
         out[:, g * ocg : (g + 1) * ocg] = acc
     return out
 
@@ -313,3 +321,128 @@ def resize_nearest(x: np.ndarray, out_h: int, out_w: int, align: bool, half: boo
         return np.maximum(src, 0) if half else src
 
     return x[:, :, axis(x.shape[2], out_h)][..., axis(x.shape[3], out_w)]
+
+
+def cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """nncase reference cumsum: a running sum from zero along ``axis`` (in the input's
+    type, one addition at a time), from the end when ``reverse``, each output taken
+    before its own element when ``exclusive``."""
+    v = np.flip(x, axis) if reverse else x
+    total = np.cumsum(v, axis=axis, dtype=x.dtype)  # add.accumulate: left to right
+    if exclusive:
+        total = np.concatenate(
+            [np.zeros_like(np.take(total, [0], axis=axis)), np.delete(total, -1, axis=axis)],
+            axis=axis,
+        )
+    return np.flip(total, axis) if reverse else total
+
+
+def hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    """nncase reference hardmax: 1 at the first element strictly above the running
+    best, which starts at FLT_MIN (the smallest positive float, so a slice with no
+    value above it is all zeros), 0 elsewhere."""
+    best = np.max(x, axis=axis, keepdims=True)
+    first = np.argmax(x, axis=axis)
+    hit = (
+        np.expand_dims(first, axis)
+        == np.expand_dims(
+            np.arange(x.shape[axis]).reshape([-1 if i == axis else 1 for i in range(x.ndim)]), 0
+        )[0]
+    )
+    return (hit & (best > np.finfo(F32).tiny)).astype(x.dtype)
+
+
+def topk(x: np.ndarray, k: int, axis: int, largest: bool, sort: bool):
+    """nncase reference topk along ``axis``: (values, int64 indices).
+
+    Sorted: a heap of (value, index) pairs keeps the first k and replaces its least
+    (largest=True) or greatest member when a strictly better value arrives; the kept
+    pairs are written best pair first. Unsorted: nncase's quickselect order.
+    """
+    import heapq
+
+    moved = np.moveaxis(x, axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    values = np.empty((rows.shape[0], k), x.dtype)
+    index = np.empty((rows.shape[0], k), np.int64)
+    for r, row in enumerate(rows):
+        pairs = [(float(v), i) for i, v in enumerate(row)]
+        if sort:
+            sign = 1 if largest else -1
+            heap: list = []
+            for v, i in pairs:
+                key = (sign * v, sign * i)
+                if len(heap) < k:
+                    heapq.heappush(heap, key)
+                elif sign * v > heap[0][0]:
+                    heapq.heapreplace(heap, key)
+            kept = sorted(heap, reverse=True)
+            chosen = [(sign * v, sign * i) for v, i in kept]
+        else:
+            chosen = _quick_select(pairs, k, largest)[:k]
+        values[r] = [v for v, _ in chosen]
+        index[r] = [i for _, i in chosen]
+    shape = (*moved.shape[:-1], k)
+    return (
+        np.moveaxis(values.reshape(shape), -1, axis),
+        np.moveaxis(index.reshape(shape), -1, axis),
+    )
+
+
+def _quick_select(nums: list, k: int, largest: bool) -> list:
+    """nncase's quick_select (Hoare partition on the first element), in place order."""
+    nums = list(nums)
+
+    def partition(lo: int, hi: int) -> int:
+        i, j, pivot = lo, hi + 1, nums[lo][0]
+        while True:
+            i += 1
+            while i < hi and (nums[i][0] > pivot if largest else nums[i][0] < pivot):
+                i += 1
+            j -= 1
+            while j > lo and (nums[j][0] < pivot if largest else nums[j][0] > pivot):
+                j -= 1
+            if i >= j:
+                break
+            nums[i], nums[j] = nums[j], nums[i]
+        nums[lo], nums[j] = nums[j], nums[lo]
+        return j
+
+    lo, hi = 0, len(nums) - 1
+    while lo < hi:
+        idx = partition(lo, hi)
+        if idx == k:
+            break
+        lo, hi = (lo, idx - 1) if idx > k else (idx + 1, hi)
+    return nums
+
+
+def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray, low: float, high: float) -> np.ndarray:
+    """nncase reference matmul: each output starts at its column's bias and adds
+    ``a[m, k] * b[k, n]`` for k in order, in float32; then the fused clamp."""
+    acc = np.broadcast_to(bias.astype(F32), (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]),
+                                             a.shape[-2], b.shape[-1])).copy()  # fmt: skip
+    a32, b32 = a.astype(F32), b.astype(F32)
+    for k in range(a.shape[-1]):
+        acc = acc + a32[..., :, k, None] * b32[..., None, k, :]
+    return clamp(acc, low, high)
+
+
+def layer_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, axis: int, eps: float):
+    """nncase reference layernorm over the axes from ``axis`` on, in float32: the means
+    are sums of ``v / n`` in order, then ``(x - mean) / sqrt(var + eps) * scale + bias``."""
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    v = x.astype(F32).reshape(outer, -1)
+    n = F32(v.shape[1])
+    mean = np.zeros((outer, 1), F32)
+    for i in range(v.shape[1]):
+        mean = mean + v[:, i : i + 1] / n
+    sub = v - mean
+    sq = sub * sub
+    var = np.zeros((outer, 1), F32)
+    for i in range(v.shape[1]):
+        var = var + sq[:, i : i + 1] / n
+    div = sub / np.sqrt(var + F32(eps))
+    return (div * scale.astype(F32).reshape(1, -1) + bias.astype(F32).reshape(1, -1)).reshape(
+        x.shape
+    )
