@@ -97,9 +97,11 @@ class StackVM:
 
     def __init__(
         self, run, program: list[Instruction], buffers: dict, release: str, where: str,
-        text_offset: int,
+        text_offset: int, tensor: dict,
     ) -> None:  # fmt: skip
-        self.run_, self.program, self.buffers = run, program, buffers
+        # tensor: the tensor functions' handlers by name (stackvm_tensor.TENSOR), given by
+        # the caller because they are written against this interpreter
+        self.run_, self.program, self.buffers, self.tensor = run, program, buffers, tensor
         self.release, self.where, self.text_offset = release, where, text_offset
         self.stack: list = []
         self.shapes: dict[int, tuple[int, ...]] = {}
@@ -184,8 +186,6 @@ class StackVM:
             raise damaged(where, self.text_offset + ins.pc, e) from e
 
     def _interpret(self) -> None:
-        from .stackvm_tensor import TENSOR
-
         program = self.program
         index = {ins.pc: i for i, ins in enumerate(program)}
         i, n = 0, len(program)
@@ -194,7 +194,7 @@ class StackVM:
             name, f = ins.name, ins.fields
             i += 1
             if name.startswith("tensor."):
-                handler = TENSOR.get(name[7:])
+                handler = self.tensor.get(name[7:])
                 if handler is None:
                     raise self.fail(f"{name} (tensor function {f['funct']:#04x})")
                 self.run_.record(*handler(self, f))

@@ -306,6 +306,7 @@ class _Run:
                 self.model.release.release,
                 f"{self.model.name}: stackvm function {fn.index}",
                 text.body.offset + fn.entrypoint,
+                TENSOR,
             ).run()
 
 
