@@ -74,6 +74,11 @@ def stub_option(f):
     )(f)
 
 
+def virtual(port: str) -> str:
+    """The label for times measured on the virtual board: its clock, not the wall's."""
+    return " (virtual time)" if port.startswith("sim://") else ""
+
+
 def after_option(f):
     """esptool's --after, beside --reboot/--no-reboot."""
     return click.option(
@@ -235,7 +240,7 @@ def burn_cmd(
         if note not in warned:
             s.info(note)
     for r in result.regions:
-        s.out(r.summary())
+        s.out(r.summary() + virtual(result.port))
     s.out(
         f"verified: {'on-board SHA-256' if result.verification == 'sha256' else 'per-frame CRC-32 only (no read-back)'}"
         + (f"; rebooted ({result.rebooted})" if result.rebooted else "; left in ISP mode")
@@ -268,7 +273,7 @@ def erase_cmd(s: Session, addr, size, whole, reboot, after, stub, reset_seq, rom
     for note in res.notes:
         s.info(note)
     what = "whole chip" if whole else f"{fmt_size(size)} at {fmt_addr(addr)}"
-    s.out(f"erased {what} ({res.method}) in {res.seconds:.2f} s")
+    s.out(f"erased {what} ({res.method}) in {res.seconds:.2f} s{virtual(res.port)}")
     s.result = {
         "port": res.port,
         "address": addr,
@@ -300,7 +305,10 @@ def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
     )
     for note in res.notes:
         s.info(note)
-    s.out(f"loaded {fmt_size(res.size)} in {res.seconds:.2f} s; running from {fmt_addr(res.entry)}")
+    s.out(
+        f"loaded {fmt_size(res.size)} in {res.seconds:.2f} s{virtual(res.port)}; "
+        f"running from {fmt_addr(res.entry)}"
+    )
     s.result = {
         "port": res.port,
         "entry": res.entry,

@@ -8,7 +8,7 @@ from ..errors import VerifyError
 from ..image.plan import AS_IS
 from ..isp import flashops
 from ..units import fmt_addr, fmt_size
-from .burn import _connection, connection_options
+from .burn import _connection, connection_options, virtual
 from .session import Session
 from .types import ADDRESS, SIZE_OR_ALL, pairs
 
@@ -50,7 +50,8 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
         **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     s.out(
-        f"read {fmt_size(res.size)} at {fmt_addr(addr)} into {output} in {res.seconds:.2f} s "
+        f"read {fmt_size(res.size)} at {fmt_addr(addr)} into {output} in {res.seconds:.2f} s"
+        f"{virtual(res.port)} "
         f"(sha256 {res.sha256[:16]}...)"
     )
     s.result = res.to_dict()

@@ -12,7 +12,7 @@ from ..image.kfpkg import read_kfpkg
 from ..image.plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 from ..target.boards import load_boards, load_firmwares
 from ..units import fmt_addr, fmt_size, parse_int
-from .session import Session
+from .session import Session, short_label
 from .types import ADDRESS
 
 _MARK = {"error": "ERROR", "warning": "warn", "info": "ok"}
@@ -115,27 +115,27 @@ def render_plan(s: Session, plan: FlashPlan) -> None:
         kind = r.content.label + (" -> boot image" if r.prefix else "")
         rows.append(
             (
-                r.range_text,
+                fmt_addr(r.address),
                 exact_size(r.size),
                 exact_size(fe - fs),
-                r.label + (" (on board)" if r.resident else ""),
-                kind,
+                short_label(r.label) + (" (on board)" if r.resident else ""),
                 status.get(r.label, "ok"),
+                kind,
             )
         )
     if plan.layout:
         for res in plan.layout.reserved_regions:
             rows.append(
                 (
-                    f"{fmt_addr(res.start)}-{fmt_addr(res.end - 1)}",
+                    fmt_addr(res.start),
                     exact_size(res.size),
                     "",
                     f"[{res.name}]",
-                    f"reserved: {res.kind}",
                     "",
+                    f"reserved: {res.kind}",
                 )
             )
-    s.table(("range", "size", "footprint", "file", "content", "status"), rows)
+    s.table(("address", "size", "footprint", "file", "status", "content"), rows)
     # warnings also go into the --json envelope's "warnings" (errors become its "error")
     s.warnings += [f.message for f in plan.findings if f.severity == "warning"]
     for f in plan.findings:
@@ -263,14 +263,15 @@ def boards_cmd(s: Session, firmwares: bool) -> None:
     if firmwares:
         fws = load_firmwares()
         s.table(
-            ("id", "kmodels", "typical size", "reserved", "name"),
+            ("id", "kmodels", "typical size", "name; reserved regions"),
             [
                 (
                     f.id,
                     "/".join(f"V{v}" for v in f.kmodel_versions) or "-",
                     short_size(f.typical_size),
-                    ", ".join(f"{r.name}@{fmt_addr(r.start)}" for r in f.reserved_regions) or "-",
-                    f.name,
+                    "; ".join(
+                        [f.name, *(f"{r.name}@{fmt_addr(r.start)}" for r in f.reserved_regions)]
+                    ),
                 )
                 for f in fws.values()
             ],
@@ -279,15 +280,14 @@ def boards_cmd(s: Session, firmwares: bool) -> None:
         return
     boards = load_boards()
     s.table(
-        ("id", "aliases", "flash", "reset wiring", "max baud", "name"),
+        ("id", "flash", "reset", "max baud", "name (aliases)"),
         [
             (
                 b.id,
-                ",".join(b.aliases),
                 short_size(b.flash_size),
-                b.wiring.name if b.wiring else "auto: " + "/".join(w.name for w in b.auto_wirings),
+                b.wiring.name if b.wiring else "auto",
                 b.max_baud,
-                b.name,
+                b.name + (f" ({', '.join(b.aliases)})" if b.aliases else ""),
             )
             for b in boards.values()
         ],

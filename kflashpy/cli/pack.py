@@ -5,11 +5,20 @@ from __future__ import annotations
 import click
 
 from ..image.api import merge, pack, unpack
-from ..image.kfpkg import read_kfpkg
+from ..image.kfpkg import HEX_LITERALS, Kfpkg, read_kfpkg
 from ..units import fmt_addr
 from .layout import build_items, exact_size, parse_specs, plan_options, render_plan
 from .session import Session
 from .types import ADDRESS
+
+
+def _package_notes(s: Session, pkg: Kfpkg) -> None:
+    """A package's quirks: warnings, but the Kendryte SDK's hex addresses only with -v."""
+    for w in pkg.warnings:
+        if w.endswith(HEX_LITERALS):
+            s.debug(w)
+        else:
+            s.warn(w)
 
 
 def _files(n: int) -> str:
@@ -67,8 +76,7 @@ def pack_cmd(
 def unpack_cmd(s: Session, package, outdir, force) -> None:
     """Extract a kfpkg's files and flash-list.json into a directory (never outside it)."""
     pkg = unpack(package, outdir, force=force)
-    for w in pkg.warnings:
-        s.warn(w)
+    _package_notes(s, pkg)
     s.out(
         f"extracted {_files(len({e.name for e in pkg.entries}))} and flash-list.json into {outdir}"
     )
@@ -81,8 +89,7 @@ def unpack_cmd(s: Session, package, outdir, force) -> None:
 def info_cmd(s: Session, package) -> None:
     """List a kfpkg's files: address, size, firmware mark, per-producer quirks."""
     pkg = read_kfpkg(package)
-    for w in pkg.warnings:
-        s.warn(w)
+    _package_notes(s, pkg)
     version = "(none)" if pkg.version is None else repr(pkg.version)
     s.out(f"{package}: version {version}, {_files(len(pkg.entries))}")
     s.table(

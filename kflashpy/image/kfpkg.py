@@ -65,6 +65,8 @@ _ZIP_ERRORS = (
     OverflowError,
     RuntimeError,
 )
+#: the note for a manifest with hex address literals: normal in Kendryte SDK packages
+HEX_LITERALS = "hex address literals (not valid JSON; accepted)"
 _LITERAL_ADDRESS = re.compile(r'("address"\s*:\s*)(0[xXoObB][0-9a-fA-F_]+)')
 
 
@@ -208,7 +210,7 @@ def parse_manifest(text: str, origin: str = MANIFEST) -> tuple[str | None, list[
         except RecursionError:
             raise FormatError(f"{origin}: JSON nested too deeply", _MANIFEST_HINT) from None
         if fixed != text:
-            warnings.append(f"{origin}: hex address literals (not valid JSON; accepted)")
+            warnings.append(f"{origin}: {HEX_LITERALS}")
     except RecursionError:
         raise FormatError(f"{origin}: JSON nested too deeply", _MANIFEST_HINT) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
