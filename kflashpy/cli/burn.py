@@ -10,10 +10,6 @@ from pathlib import Path
 import click
 
 from ..errors import InputError, UsageError
-from ..image.content import detect_content
-from ..isp import api
-from ..isp.frames import STATUS_TEXT
-from ..isp.ports import candidates
 from ..units import fmt_addr, fmt_size
 from .session import Session
 from .types import ADDRESS, pairs
@@ -103,6 +99,8 @@ def _trace(s: Session):
     """-vv: every frame, with the time since the port opened and its decoded command."""
     if s.verbose < 2 or s.json:
         return None
+    from ..isp.frames import STATUS_TEXT
+
     names, start = _op_names(), time.monotonic()
 
     def trace(direction: str, frame: bytes) -> None:
@@ -144,6 +142,8 @@ def _is_kfpkg(path: str) -> bool:
 
 def _firmware_file(path: str) -> bool:
     """Whether ``path`` holds a firmware (raw or boot image): those go to address 0."""
+    from ..image.content import detect_content
+
     try:
         return detect_content(Path(path).read_bytes(), path).is_firmware
     except OSError:
@@ -219,6 +219,8 @@ def burn_cmd(
     board and acknowledged; the kflash flasher cannot read flash back, so that is all
     that is verified (said so in the result).
     """
+    from ..isp import api
+
     files, kfpkg = _inputs(s, args, addr) if args else ([], None)
     plan = api.plan_burn(
         files, kfpkg=kfpkg, firmware=firmware, board=s.board, layout=layout, force=force
@@ -259,6 +261,8 @@ def burn_cmd(
 @click.pass_obj
 def erase_cmd(s: Session, addr, size, whole, reboot, after, stub, reset_seq, rom_baud):
     """Erase a flash region (--addr --size) or the whole chip (--all)."""
+    from ..isp import api
+
     if whole == (addr is not None or size is not None):
         raise UsageError("give either --addr and --size, or --all")
     if not whole and (addr is None or size is None):
@@ -298,6 +302,8 @@ def erase_cmd(s: Session, addr, size, whole, reboot, after, stub, reset_seq, rom
 @click.pass_obj
 def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
     """Load a program (.bin or .elf) into SRAM through the boot ROM and run it."""
+    from ..isp import api
+
     if not Path(program).is_file():
         raise InputError(f"{program}: no such file")
     res = api.load_ram(
@@ -322,6 +328,8 @@ def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
 @click.pass_obj
 def reboot_cmd(s: Session, reset_seq):
     """Reset the board into its flashed program."""
+    from ..isp import api
+
     res = api.reboot(port=s.port, board=s.board, reset_sequence=reset_seq, trace=_trace(s))
     for note in res.notes:
         s.info(note)
@@ -333,6 +341,8 @@ def reboot_cmd(s: Session, reset_seq):
 @click.pass_obj
 def ports_cmd(s: Session):
     """List serial ports with a USB bridge K210 boards use."""
+    from ..isp.ports import candidates
+
     found = candidates()
     if found:
         s.table(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import click
 
 from ..errors import VerifyError
-from ..image.plan import AS_IS
-from ..isp import flashops
 from ..units import fmt_addr, fmt_size
 from .burn import _connection, connection_options, virtual
 from .session import Session
@@ -42,6 +40,8 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
     kflashpy read --addr 0x300000 --size 1.5M -o model_backup.bin
     kflashpy read --addr 0 --size all -o whole_flash.bin
     """
+    from ..isp import flashops
+
     res = flashops.read_flash(
         addr,
         size,
@@ -74,6 +74,9 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
     kflashpy verify 0 firmware_image.bin 0x300000 model.kmodel
     kflashpy verify --via-repl 0x300000 model.kmodel    # MaixPy keeps running
     """
+    from ..image.plan import AS_IS
+    from ..isp import flashops
+
     if via_repl:
         from .compare import verify_via_repl
 
@@ -107,6 +110,8 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
 @click.pass_obj
 def flash_id_cmd(s: Session, stub, reset_seq, rom_baud):
     """Show the flash chip's JEDEC id, size and unique id."""
+    from ..isp import flashops
+
     res = flashops.flash_id(
         progress=s.progress(), **_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub)
     )

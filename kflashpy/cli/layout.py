@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import InputError
-from ..image.api import is_package
-from ..image.kfpkg import read_kfpkg
-from ..image.plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
-from ..target.boards import load_boards, load_firmwares
 from ..units import fmt_addr, fmt_size, parse_int
 from .session import Session, short_label
+
+if TYPE_CHECKING:  # the library is imported by the commands, not at start-up
+    from ..image.plan import FlashItem, FlashPlan
 from .types import ADDRESS
 
 _MARK = {"error": "ERROR", "warning": "warn", "info": "ok"}
@@ -28,8 +28,16 @@ def short_size(n: int) -> str:
     return fmt_size(n).split(" (")[-1].rstrip(")")
 
 
+def _default_headroom() -> int:
+    from ..image.plan import DEFAULT_MIN_HEADROOM  # the library: not imported at start-up
+
+    return DEFAULT_MIN_HEADROOM
+
+
 def parse_specs(args: tuple[str, ...]) -> list[tuple[int, str] | str]:
     """``ADDR FILE`` pairs and package paths, in order (a package needs no address)."""
+    from ..image.api import is_package
+
     specs: list[tuple[int, str] | str] = []
     i = 0
     while i < len(args):
@@ -64,6 +72,9 @@ def build_items(
     dio: bool = True,
 ) -> list[FlashItem]:
     """Items from specs, with the per-address options applied."""
+    from ..image.kfpkg import read_kfpkg
+    from ..image.plan import FlashItem, items_from_kfpkg
+
     both = set(prefix_at) & set(raw_at) or set(kpu_load) & set(load_flash)
     if both:
         raise InputError(
@@ -206,9 +217,8 @@ def plan_options(f):
     "--min-headroom",
     type=ADDRESS,
     metavar="SIZE",
-    default=DEFAULT_MIN_HEADROOM,
-    show_default=True,
-    help="Warn when the firmware can grow less than this.",
+    default=lambda: _default_headroom(),
+    help="Warn when the firmware can grow less than this (default: the checker's margin).",
 )
 @click.option("--force", is_flag=True, help="Exit 0 even when there are errors.")
 @click.pass_obj
@@ -235,6 +245,8 @@ def check_layout_cmd(
 
     Example: kflashpy check-layout 0 maixpy.bin 0x300000 model.kmodel --layout maixpy
     """
+    from ..image.plan import FlashItem, plan_flash
+
     items = build_items(
         parse_specs(specs),
         prefix_at=prefix_at,
@@ -260,6 +272,8 @@ def check_layout_cmd(
 @click.pass_obj
 def boards_cmd(s: Session, firmwares: bool) -> None:
     """List board profiles (for -B/--board) or firmware layouts (for --layout)."""
+    from ..target.boards import load_boards, load_firmwares
+
     if firmwares:
         fws = load_firmwares()
         s.table(

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from ..image.api import merge, pack, unpack
-from ..image.kfpkg import HEX_LITERALS, Kfpkg, read_kfpkg
 from ..units import fmt_addr
 from .layout import build_items, exact_size, parse_specs, plan_options, render_plan
 from .session import Session
+
+if TYPE_CHECKING:  # the library is imported by the commands, not at start-up
+    from ..image.kfpkg import Kfpkg
 from .types import ADDRESS
 
 
 def _package_notes(s: Session, pkg: Kfpkg) -> None:
     """A package's quirks: warnings, but the Kendryte SDK's hex addresses only with -v."""
+    from ..image.kfpkg import HEX_LITERALS
+
     for w in pkg.warnings:
         if w.endswith(HEX_LITERALS):
             s.debug(w)
@@ -48,6 +53,8 @@ def pack_cmd(
 
     Example: kflashpy pack -o app.kfpkg 0 maixpy.bin 0x300000 model.kmodel
     """
+    from ..image.api import pack
+
     items = build_items(
         parse_specs(pairs),
         prefix_at=prefix_at,
@@ -75,6 +82,8 @@ def pack_cmd(
 @click.pass_obj
 def unpack_cmd(s: Session, package, outdir, force) -> None:
     """Extract a kfpkg's files and flash-list.json into a directory (never outside it)."""
+    from ..image.api import unpack
+
     pkg = unpack(package, outdir, force=force)
     _package_notes(s, pkg)
     s.out(
@@ -88,6 +97,8 @@ def unpack_cmd(s: Session, package, outdir, force) -> None:
 @click.pass_obj
 def info_cmd(s: Session, package) -> None:
     """List a kfpkg's files: address, size, firmware mark, per-producer quirks."""
+    from ..image.kfpkg import read_kfpkg
+
     pkg = read_kfpkg(package)
     _package_notes(s, pkg)
     version = "(none)" if pkg.version is None else repr(pkg.version)
@@ -133,6 +144,8 @@ def merge_cmd(
 
     Example: kflashpy merge -o flash.bin --fill-to 16M 0 maixpy.bin 0x300000 model.kmodel
     """
+    from ..image.api import merge
+
     items = build_items(
         parse_specs(specs),
         prefix_at=prefix_at,

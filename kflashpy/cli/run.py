@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import InputError, UsageError
-from ..fileio import write_atomic
 from .session import Session
 
 if TYPE_CHECKING:  # NumPy is imported by the commands that run a model, not at start-up
@@ -21,6 +20,8 @@ _CLASSIFIER_MAX = 1000
 
 def _save_npy(path: Path, arr: np.ndarray) -> Path:
     import numpy as np
+
+    from ..fileio import write_atomic
 
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
