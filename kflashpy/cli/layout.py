@@ -163,7 +163,8 @@ def render_plan(s: Session, plan: FlashPlan) -> None:
 
 
 def plan_options(f):
-    """Options shared by check-layout and pack."""
+    """Options shared by check-layout, pack and merge: --layout, and the per-address
+    marks (``prefix_at``, ``raw_at``, ``kpu_load``, ``load_flash``) for :func:`build_items`."""
     for opt in reversed(
         [
             click.option(
@@ -223,16 +224,7 @@ def plan_options(f):
 @click.option("--force", is_flag=True, help="Exit 0 even when there are errors.")
 @click.pass_obj
 def check_layout_cmd(
-    s: Session,
-    specs,
-    layout,
-    prefix_at,
-    raw_at,
-    kpu_load,
-    load_flash,
-    firmware_file,
-    min_headroom,
-    force,
+    s: Session, specs, layout, firmware_file, min_headroom, force, **marks
 ) -> None:
     """Check what burning the given files would do to the flash, before burning.
 
@@ -247,13 +239,7 @@ def check_layout_cmd(
     """
     from ..image.plan import FlashItem, plan_flash
 
-    items = build_items(
-        parse_specs(specs),
-        prefix_at=prefix_at,
-        raw_at=raw_at,
-        kpu_load=kpu_load,
-        load_flash=load_flash,
-    )
+    items = build_items(parse_specs(specs), **marks)
     resident = FlashItem.from_file(0, firmware_file) if firmware_file else None
     plan = plan_flash(
         items,

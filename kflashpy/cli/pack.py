@@ -40,9 +40,7 @@ def _files(n: int) -> str:
     "--force", is_flag=True, help="Write the package even when the layout check finds errors."
 )
 @click.pass_obj
-def pack_cmd(
-    s: Session, pairs, output, layout, prefix_at, raw_at, kpu_load, load_flash, force
-) -> None:
+def pack_cmd(s: Session, pairs, output, layout, force, **marks) -> None:
     """Pack files into a kfpkg that kflash.py, kflash_gui and K-Flash all read.
 
     Each file is marked as firmware (sha256Prefix: wrapped into a boot image when
@@ -55,13 +53,7 @@ def pack_cmd(
     """
     from ..image.api import pack
 
-    items = build_items(
-        parse_specs(pairs),
-        prefix_at=prefix_at,
-        raw_at=raw_at,
-        kpu_load=kpu_load,
-        load_flash=load_flash,
-    )
+    items = build_items(parse_specs(pairs), **marks)
     plan = pack(output, items, board=s.board, layout=layout, force=force)
     s.result = {"output": output, "plan": plan.to_dict()}
     render_plan(s, plan)
@@ -133,9 +125,7 @@ def info_cmd(s: Session, package) -> None:
 @plan_options
 @click.option("--force", is_flag=True, help="Write the image even when the layout check fails.")
 @click.pass_obj
-def merge_cmd(
-    s: Session, specs, output, fill_to, layout, prefix_at, raw_at, kpu_load, load_flash, force
-) -> None:
+def merge_cmd(s: Session, specs, output, fill_to, layout, force, **marks) -> None:
     """Write one flat flash image from ADDR FILE pairs or a kfpkg (esptool's merge_bin).
 
     Each file is placed as burn writes it (a raw firmware at 0 as its boot image), the
@@ -146,13 +136,7 @@ def merge_cmd(
     """
     from ..image.api import merge
 
-    items = build_items(
-        parse_specs(specs),
-        prefix_at=prefix_at,
-        raw_at=raw_at,
-        kpu_load=kpu_load,
-        load_flash=load_flash,
-    )
+    items = build_items(parse_specs(specs), **marks)
     plan, image = merge(output, items, board=s.board, layout=layout, fill_to=fill_to, force=force)
     render_plan(s, plan)
     s.out(f"wrote {output}: {exact_size(len(image))} from 0x00000000 ({_files(len(plan.writes))})")
