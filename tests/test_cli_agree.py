@@ -88,3 +88,6 @@ def test_read_size_all_reads_to_the_end_of_the_flash(tmp_path, capsys):
     assert main([*args, "-o", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["result"]["size"] == 0x8000
     assert out.read_bytes() == b"\xff" * 0x8000
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not 0o600

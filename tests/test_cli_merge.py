@@ -37,6 +37,7 @@ def test_merge_of_a_kfpkg_equals_merge_of_its_files(tmp_path, plan_files, capsys
     assert main(["-q", "pack", "-o", str(pkg), *plan_files]) == 0
     a, b = tmp_path / "a.bin", tmp_path / "b.bin"
     assert main(["-q", "merge", "-o", str(a), str(pkg)]) == 0
+    capsys.readouterr()
     assert main(["--json", "merge", "-o", str(b), *plan_files]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert a.read_bytes() == b.read_bytes()

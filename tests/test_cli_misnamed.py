@@ -65,6 +65,7 @@ def test_image_info_on_a_kfpkg_lists_members_and_true_footprint(tmp_path, capsys
     fw.write_bytes(b"\x21\xa8\xef\xbe\xad\xde" + bytes(10_000))
     pkg = tmp_path / "app.kfpkg"
     assert main(["-q", "pack", "-o", str(pkg), "0", str(fw), "0x300000", MODEL]) == 0
+    capsys.readouterr()
     assert main(["image-info", str(pkg), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)["result"]["files"][0]
     assert [m["address"] for m in doc["members"]] == [0, 0x300000]

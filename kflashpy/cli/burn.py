@@ -6,19 +6,19 @@ import functools
 import time
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import InputError, UsageError
-from ..image.content import detect_content
-from ..isp import api, parallel
-from ..isp.frames import STATUS_TEXT
-from ..isp.ports import candidates
 from ..target import k210
 from ..units import fmt_addr, fmt_size
 from .parallel import run_parallel
 from .session import Session
 from .types import ADDRESS, pairs
+
+if TYPE_CHECKING:
+    from ..isp.connect import ConnectOptions
 
 #: what --before no-reset asks of the user (the ROM enters ISP when IO16 is low at reset)
 BUTTONS = "hold the BOOT button (IO16), press and release RESET, then release BOOT"
@@ -76,6 +76,11 @@ def stub_option(f):
     )(f)
 
 
+def virtual(port: str) -> str:
+    """The label for times measured on the virtual board: its clock, not the wall's."""
+    return " (virtual time)" if port.startswith("sim://") else ""
+
+
 def after_option(f):
     """esptool's --after, beside --reboot/--no-reboot."""
     return click.option(
@@ -100,6 +105,8 @@ def _trace(s: Session):
     """-vv: every frame, with the time since the port opened and its decoded command."""
     if s.verbose < 2 or s.json:
         return None
+    from ..isp.frames import STATUS_TEXT
+
     names, start = _op_names(), time.monotonic()
 
     def trace(direction: str, frame: bytes) -> None:
@@ -117,9 +124,11 @@ def _trace(s: Session):
     return trace
 
 
-def _connection(s: Session, reset_seq, rom_baud, **extra) -> api.ConnectOptions:
+def _connection(s: Session, reset_seq, rom_baud, **extra) -> ConnectOptions:
     """How to reach the board, from the global options."""
-    return api.ConnectOptions(
+    from ..isp.connect import ConnectOptions
+
+    return ConnectOptions(
         port=s.port,
         board=s.board,
         reset_sequence=reset_seq,
@@ -141,6 +150,8 @@ def _is_kfpkg(path: str) -> bool:
 
 def _firmware_file(path: str) -> bool:
     """Whether ``path`` holds a firmware (raw or boot image): those go to address 0."""
+    from ..image.content import detect_content
+
     try:
         return detect_content(Path(path).read_bytes(), path).is_firmware
     except OSError:
@@ -223,6 +234,8 @@ def burn_cmd(
         from .repl import check_terminal
 
         check_terminal(s)
+    from ..isp import api, parallel
+
     files, kfpkg = _inputs(s, args, addr) if args else ([], None)
     plan = api.plan_burn(
         files, kfpkg=kfpkg, firmware=firmware, board=s.board, layout=layout, force=force
@@ -247,8 +260,8 @@ def burn_cmd(
     for note in result.notes if progress is None else ():  # else shown as they happened
         if note not in warned:
             s.info(note)
-    for region in result.regions:
-        s.out(region.summary())
+    for r in result.regions:
+        s.out(r.summary() + virtual(result.port))
     s.out(
         f"verified: {'on-board SHA-256' if result.verification == 'sha256' else 'per-frame CRC-32 only (no read-back)'}"
         + (f"; rebooted ({result.rebooted})" if result.rebooted else "; left in ISP mode")
@@ -271,6 +284,8 @@ def burn_cmd(
 @click.pass_obj
 def erase_cmd(s: Session, addr, size, whole, reboot, after, stub, reset_seq, rom_baud):
     """Erase a flash region (--addr --size) or the whole chip (--all)."""
+    from ..isp import api, parallel
+
     if whole == (addr is not None or size is not None):
         raise UsageError("give either --addr and --size, or --all")
     if not whole and (addr is None or size is None):
@@ -289,7 +304,7 @@ def erase_cmd(s: Session, addr, size, whole, reboot, after, stub, reset_seq, rom
     for note in res.notes:
         s.info(note)
     what = "whole chip" if whole else f"{fmt_size(size)} at {fmt_addr(addr)}"
-    s.out(f"erased {what} ({res.method}) in {res.seconds:.2f} s")
+    s.out(f"erased {what} ({res.method}) in {res.seconds:.2f} s{virtual(res.port)}")
     s.result = res.to_dict()
 
 
@@ -306,6 +321,8 @@ def erase_cmd(s: Session, addr, size, whole, reboot, after, stub, reset_seq, rom
 @click.pass_obj
 def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
     """Load a program (.bin or .elf) into SRAM through the boot ROM and run it."""
+    from ..isp import api
+
     if not Path(program).is_file():
         raise InputError(f"{program}: no such file")
     res = api.load_ram(
@@ -313,7 +330,10 @@ def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
     )
     for note in res.notes:
         s.info(note)
-    s.out(f"loaded {fmt_size(res.size)} in {res.seconds:.2f} s; running from {fmt_addr(res.entry)}")
+    s.out(
+        f"loaded {fmt_size(res.size)} in {res.seconds:.2f} s{virtual(res.port)}; "
+        f"running from {fmt_addr(res.entry)}"
+    )
     s.result = res.to_dict()
 
 
@@ -322,6 +342,8 @@ def load_ram_cmd(s: Session, program, addr, reset_seq, rom_baud):
 @click.pass_obj
 def reboot_cmd(s: Session, reset_seq):
     """Reset the board into its flashed program."""
+    from ..isp import api
+
     res = api.reboot(api.ConnectOptions(s.port, s.board, reset_sequence=reset_seq, trace=_trace(s)))
     for note in res.notes:
         s.info(note)
@@ -333,6 +355,8 @@ def reboot_cmd(s: Session, reset_seq):
 @click.pass_obj
 def ports_cmd(s: Session):
     """List serial ports with a USB bridge K210 boards use."""
+    from ..isp.ports import candidates
+
     found = candidates()
     if found:
         s.table(

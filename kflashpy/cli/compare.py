@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from ..errors import CompareMismatch, InputError, UsageError, VerifyError
-from ..image.plan import AS_IS, as_burned
 from ..units import fmt_addr, fmt_size
 from .session import Session
 from .types import ADDRESS, pairs
@@ -292,6 +291,7 @@ def verify_via_repl(
     timeout: float = 10.0,
 ) -> None:
     """Render ``verify`` for (ADDR, FILE) pairs checked by hash through the MaixPy REPL."""
+    from ..image.plan import AS_IS, as_burned
     from ..maixpy.board import verify_region
 
     files = []

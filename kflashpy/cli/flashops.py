@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..image.plan import AS_IS
-from ..isp import flashops, parallel
 from ..units import fmt_addr, fmt_size
-from .burn import _connection, connection_options
+from .burn import _connection, connection_options, virtual
 from .parallel import run_parallel
 from .session import Session
 from .types import ADDRESS, SIZE_OR_ALL, pairs
@@ -46,6 +44,8 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
     With several boards, {n} (board number), {uid} (flash unique id) and {port} in the
     output name are filled in; without them, -1, -2... goes before the suffix.
     """
+    from ..isp import flashops, parallel
+
     if s.several_boards:
         op = parallel.read_operation(addr, size, output)
         run_parallel(s, "read", op, stub=stub, reset_seq=reset_seq, rom_baud=rom_baud)
@@ -58,7 +58,8 @@ def read_cmd(s: Session, addr, size, output, stub, reset_seq, rom_baud):
         connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     s.out(
-        f"read {fmt_size(res.size)} at {fmt_addr(addr)} into {output} in {res.seconds:.2f} s "
+        f"read {fmt_size(res.size)} at {fmt_addr(addr)} into {output} in {res.seconds:.2f} s"
+        f"{virtual(res.port)} "
         f"(sha256 {res.sha256[:16]}...)"
     )
     s.result = res.to_dict()
@@ -81,6 +82,9 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
     kflashpy verify 0 firmware_image.bin 0x300000 model.kmodel
     kflashpy verify --via-repl 0x300000 model.kmodel    # MaixPy keeps running
     """
+    from ..image.plan import AS_IS
+    from ..isp import flashops, parallel
+
     if via_repl:
         from .compare import verify_via_repl
 
@@ -114,6 +118,8 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
 @click.pass_obj
 def flash_id_cmd(s: Session, stub, reset_seq, rom_baud):
     """Show the flash chip's JEDEC id, size and unique id."""
+    from ..isp import flashops, parallel
+
     if s.several_boards:
         op = parallel.flash_id_operation()
         run_parallel(s, "flash-id", op, stub=stub, reset_seq=reset_seq, rom_baud=rom_baud)

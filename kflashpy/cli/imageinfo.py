@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import InputError
-from ..fileio import write_atomic
-from ..image.api import check_layout, image_info
-from ..image.bootimage import OVERHEAD, parse_boot_image, unwrap_boot_image, wrap_boot_image
-from ..image.content import SECTOR, ContentInfo, align_up
-from ..image.plan import plan_footprint
 from ..keys import DEFAULT_KEY_ENV, load_key
 from ..units import fmt_addr, fmt_size
 from .session import Session
+
+if TYPE_CHECKING:  # the library is imported by the commands, not at start-up
+    from ..image.content import ContentInfo
 
 
 def key_options(f):
@@ -46,6 +45,9 @@ def _read(path: str) -> bytes:
 
 
 def _describe(info: ContentInfo) -> list[tuple[str, str]]:
+    from ..image.bootimage import OVERHEAD
+    from ..image.content import SECTOR, align_up
+
     rows = [("kind", info.kind), ("what", info.label), ("size", fmt_size(info.size))]
     if info.boot is not None:
         b = info.boot
@@ -85,6 +87,10 @@ def image_info_cmd(s: Session, files: tuple[str, ...]) -> None:
     and form (plain for kpu.load, word-swapped for kpu.load_flash). The footprint is
     what the file occupies in flash once burned, in whole 4 KiB erase sectors.
     """
+    from ..image.api import check_layout, image_info
+    from ..image.content import SECTOR, align_up
+    from ..image.plan import plan_footprint
+
     results = []
     for n, path in enumerate(files):
         info = image_info(path)
@@ -169,6 +175,10 @@ def wrap_cmd(s: Session, firmware, output, io_mode, key_file, key_env, key_hex) 
     With a key the payload is AES-128-CBC encrypted for a chip whose OTP holds that key
     (it will not start on any other chip).
     """
+    from ..fileio import write_atomic
+    from ..image.api import image_info
+    from ..image.bootimage import wrap_boot_image
+
     key = load_key(hex_text=key_hex, file=key_file, env=key_env)
     data = _read(firmware)
     if not data:
@@ -206,6 +216,9 @@ def wrap_cmd(s: Session, firmware, output, io_mode, key_file, key_env, key_hex) 
 @click.pass_obj
 def unwrap_cmd(s: Session, image, output, no_check, key_file, key_env, key_hex) -> None:
     """Extract the firmware from a boot IMAGE (decrypting it when a key is given)."""
+    from ..fileio import write_atomic
+    from ..image.bootimage import parse_boot_image, unwrap_boot_image
+
     data = _read(image)
     parsed = parse_boot_image(data, image)
     key = load_key(hex_text=key_hex, file=key_file, env=key_env)

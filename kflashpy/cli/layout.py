@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import InputError
-from ..fileio import write_atomic
-from ..image.api import is_package
-from ..image.flashmap import flash_map_svg, region_status
-from ..image.kfpkg import read_kfpkg
-from ..image.plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
-from ..target.boards import load_boards, load_firmwares
 from ..units import fmt_addr, fmt_size, parse_int
-from .session import Session
+from .session import Session, short_label
+
+if TYPE_CHECKING:  # the library is imported by the commands, not at start-up
+    from ..image.plan import FlashItem, FlashPlan
 from .types import ADDRESS
 
 _MARK = {"error": "ERROR", "warning": "warn", "ok": "ok"}
@@ -30,8 +28,16 @@ def short_size(n: int) -> str:
     return fmt_size(n).split(" (")[-1].rstrip(")")
 
 
+def _default_headroom() -> int:
+    from ..image.plan import DEFAULT_MIN_HEADROOM  # the library: not imported at start-up
+
+    return DEFAULT_MIN_HEADROOM
+
+
 def parse_specs(args: tuple[str, ...]) -> list[tuple[int, str] | str]:
     """``ADDR FILE`` pairs and package paths, in order (a package needs no address)."""
+    from ..image.api import is_package
+
     specs: list[tuple[int, str] | str] = []
     i = 0
     while i < len(args):
@@ -66,6 +72,9 @@ def build_items(
     dio: bool = True,
 ) -> list[FlashItem]:
     """Items from specs, with the per-address options applied."""
+    from ..image.kfpkg import read_kfpkg
+    from ..image.plan import FlashItem, items_from_kfpkg
+
     both = set(prefix_at) & set(raw_at) or set(kpu_load) & set(load_flash)
     if both:
         raise InputError(
@@ -106,6 +115,8 @@ def build_items(
 
 def render_plan(s: Session, plan: FlashPlan) -> None:
     """The region table and the findings, on stdout."""
+    from ..image.flashmap import region_status
+
     status = {label: _MARK[st] for label, st in region_status(plan).items()}
     rows = []
     for r in sorted(plan.regions, key=lambda r: (r.address, r.end)):
@@ -113,27 +124,27 @@ def render_plan(s: Session, plan: FlashPlan) -> None:
         kind = r.content.label + (" -> boot image" if r.prefix else "")
         rows.append(
             (
-                r.range_text,
+                fmt_addr(r.address),
                 exact_size(r.size),
                 exact_size(fe - fs),
-                r.label + (" (on board)" if r.resident else ""),
-                kind,
+                short_label(r.label) + (" (on board)" if r.resident else ""),
                 status.get(r.label, "ok"),
+                kind,
             )
         )
     if plan.layout:
         for res in plan.layout.reserved_regions:
             rows.append(
                 (
-                    f"{fmt_addr(res.start)}-{fmt_addr(res.end - 1)}",
+                    fmt_addr(res.start),
                     exact_size(res.size),
                     "",
                     f"[{res.name}]",
-                    f"reserved: {res.kind}",
                     "",
+                    f"reserved: {res.kind}",
                 )
             )
-    s.table(("range", "size", "footprint", "file", "content", "status"), rows)
+    s.table(("address", "size", "footprint", "file", "status", "content"), rows)
     # warnings also go into the --json envelope's "warnings" (errors become its "error")
     s.warnings += [f.message for f in plan.findings if f.severity == "warning"]
     for f in plan.findings:
@@ -150,7 +161,8 @@ def render_plan(s: Session, plan: FlashPlan) -> None:
 
 
 def plan_options(f):
-    """Options shared by check-layout and pack."""
+    """Options shared by check-layout, pack and merge: --layout, and the per-address
+    marks (``prefix_at``, ``raw_at``, ``kpu_load``, ``load_flash``) for :func:`build_items`."""
     for opt in reversed(
         [
             click.option(
@@ -204,9 +216,8 @@ def plan_options(f):
     "--min-headroom",
     type=ADDRESS,
     metavar="SIZE",
-    default=DEFAULT_MIN_HEADROOM,
-    show_default=True,
-    help="Warn when the firmware can grow less than this.",
+    default=lambda: _default_headroom(),
+    help="Warn when the firmware can grow less than this (default: the checker's margin).",
 )
 @click.option("--force", is_flag=True, help="Exit 0 even when there are errors.")
 @click.option(
@@ -217,17 +228,7 @@ def plan_options(f):
 )
 @click.pass_obj
 def check_layout_cmd(
-    s: Session,
-    specs,
-    layout,
-    prefix_at,
-    raw_at,
-    kpu_load,
-    load_flash,
-    firmware_file,
-    min_headroom,
-    force,
-    svg_file,
+    s: Session, specs, layout, firmware_file, min_headroom, force, svg_file, **marks
 ) -> None:
     """Check what burning the given files would do to the flash, before burning.
 
@@ -240,13 +241,9 @@ def check_layout_cmd(
 
     Example: kflashpy check-layout 0 maixpy.bin 0x300000 model.kmodel --layout maixpy
     """
-    items = build_items(
-        parse_specs(specs),
-        prefix_at=prefix_at,
-        raw_at=raw_at,
-        kpu_load=kpu_load,
-        load_flash=load_flash,
-    )
+    from ..image.plan import FlashItem, plan_flash
+
+    items = build_items(parse_specs(specs), **marks)
     resident = FlashItem.from_file(0, firmware_file) if firmware_file else None
     plan = plan_flash(
         items,
@@ -258,6 +255,9 @@ def check_layout_cmd(
     s.result = plan.to_dict()
     render_plan(s, plan)
     if svg_file:
+        from ..fileio import write_atomic
+        from ..image.flashmap import flash_map_svg
+
         s.result["svg"] = str(write_atomic(svg_file, flash_map_svg(plan).encode()))
         s.out(f"flash map written to {svg_file}")
     plan.raise_on_errors(force)
@@ -268,17 +268,20 @@ def check_layout_cmd(
 @click.pass_obj
 def boards_cmd(s: Session, firmwares: bool) -> None:
     """List board profiles (for -B/--board) or firmware layouts (for --layout)."""
+    from ..target.boards import load_boards, load_firmwares
+
     if firmwares:
         fws = load_firmwares()
         s.table(
-            ("id", "kmodels", "typical size", "reserved", "name"),
+            ("id", "kmodels", "typical size", "name; reserved regions"),
             [
                 (
                     f.id,
                     "/".join(f"V{v}" for v in f.kmodel_versions) or "-",
                     short_size(f.typical_size),
-                    ", ".join(f"{r.name}@{fmt_addr(r.start)}" for r in f.reserved_regions) or "-",
-                    f.name,
+                    "; ".join(
+                        [f.name, *(f"{r.name}@{fmt_addr(r.start)}" for r in f.reserved_regions)]
+                    ),
                 )
                 for f in fws.values()
             ],
@@ -287,15 +290,14 @@ def boards_cmd(s: Session, firmwares: bool) -> None:
         return
     boards = load_boards()
     s.table(
-        ("id", "aliases", "flash", "reset wiring", "max baud", "name"),
+        ("id", "flash", "reset", "max baud", "name (aliases)"),
         [
             (
                 b.id,
-                ",".join(b.aliases),
                 short_size(b.flash_size),
-                b.wiring.name if b.wiring else "auto: " + "/".join(w.name for w in b.auto_wirings),
+                b.wiring.name if b.wiring else "auto",
                 b.max_baud,
-                b.name,
+                b.name + (f" ({', '.join(b.aliases)})" if b.aliases else ""),
             )
             for b in boards.values()
         ],

@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 from ..errors import InputError, UsageError
-from ..fileio import write_atomic
 from ..model.stackvm import RELEASES
 from ..units import fmt_size
 from .session import Session
@@ -136,6 +135,7 @@ def prep_flash_cmd(
     is already swapped (unless --force; --unswap gives the plain file back).
     Burn the output raw (no sha256 prefix) and load it with the printed call.
     """
+    from ..fileio import write_atomic
     from ..model.prep import MAX_SPI_SPEED, prep_flash
     from ..target.boards import DEFAULT_FLASH_SIZE, get_firmware
 
@@ -222,6 +222,7 @@ def seal_cmd(s: Session, input_file, output, key_file, key_env, key_hex) -> None
     docs/sealed-model.md. Unseal with `kflashpy model unseal` or, on a MaixPy board,
     with the kseal.py helper shipped in kflashpy/model/board/.
     """
+    from ..fileio import write_atomic
     from ..model.seal import read_header, seal_bytes
 
     key = _key(key_file, key_env, key_hex)
@@ -240,6 +241,7 @@ def seal_cmd(s: Session, input_file, output, key_file, key_env, key_hex) -> None
 @click.pass_obj
 def unseal_cmd(s: Session, input_file, output, key_file, key_env, key_hex) -> None:
     """Verify and decrypt a sealed file; any modified byte, truncation or wrong key is refused."""
+    from ..fileio import write_atomic
     from ..model.seal import read_header, unseal_bytes
 
     key = _key(key_file, key_env, key_hex)
@@ -258,6 +260,7 @@ def unseal_cmd(s: Session, input_file, output, key_file, key_env, key_hex) -> No
 @click.pass_obj
 def keygen_cmd(s: Session, key_file, force) -> None:
     """Create a random 256-bit seal key (64 hex digits, file mode 0600). Prints only its id."""
+    from ..fileio import write_atomic
     from ..model.seal import key_id, new_key
 
     path = Path(key_file)

@@ -22,8 +22,6 @@ from click.core import ParameterSource
 from ..errors import UsageError
 from .session import Session
 
-NOTE = "Global options (-p, -b, -B, --json, -v, -q, --no-progress, --color) work here too."
-
 
 def apply_global(s: Session, name: str, value: Any, *, added: bool = False) -> None:
     """Set one global option on the session (``added``: a second -v or -p adds to the first)."""
@@ -83,10 +81,12 @@ def conflicts(group: click.Group) -> dict[str, list[str]]:
 def accept_anywhere(group: click.Group) -> None:
     """Attach copies of the group's options to every command below it (once)."""
     clashes = conflicts(group)
+    names = ", ".join(min(o.opts, key=len) for o in _globals(group))
+    note = f"Global options ({names}) work here too."
     for path, command in _walk(group):
         if any(p.callback is _late for p in command.params):
             continue
         for option in _globals(group):
             if not set(option.opts) & set(clashes.get(path, [])):
                 command.params.append(_copy(option))
-        command.epilog = f"{command.epilog}\n\n{NOTE}" if command.epilog else NOTE
+        command.epilog = f"{command.epilog}\n\n{note}" if command.epilog else note

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from ..image.api import merge, pack, unpack
-from ..image.kfpkg import read_kfpkg
 from ..units import fmt_addr
 from .layout import build_items, exact_size, parse_specs, plan_options, render_plan
 from .session import Session
+
+if TYPE_CHECKING:  # the library is imported by the commands, not at start-up
+    from ..image.kfpkg import Kfpkg
 from .types import ADDRESS
+
+
+def _package_notes(s: Session, pkg: Kfpkg) -> None:
+    """A package's quirks: warnings, but the Kendryte SDK's hex addresses only with -v."""
+    from ..image.kfpkg import HEX_LITERALS
+
+    for w in pkg.warnings:
+        if w.endswith(HEX_LITERALS):
+            s.debug(w)
+        else:
+            s.warn(w)
 
 
 def _files(n: int) -> str:
@@ -26,9 +40,7 @@ def _files(n: int) -> str:
     "--force", is_flag=True, help="Write the package even when the layout check finds errors."
 )
 @click.pass_obj
-def pack_cmd(
-    s: Session, pairs, output, layout, prefix_at, raw_at, kpu_load, load_flash, force
-) -> None:
+def pack_cmd(s: Session, pairs, output, layout, force, **marks) -> None:
     """Pack files into a kfpkg that kflash.py, kflash_gui and K-Flash all read.
 
     Each file is marked as firmware (sha256Prefix: wrapped into a boot image when
@@ -39,13 +51,9 @@ def pack_cmd(
 
     Example: kflashpy pack -o app.kfpkg 0 maixpy.bin 0x300000 model.kmodel
     """
-    items = build_items(
-        parse_specs(pairs),
-        prefix_at=prefix_at,
-        raw_at=raw_at,
-        kpu_load=kpu_load,
-        load_flash=load_flash,
-    )
+    from ..image.api import pack
+
+    items = build_items(parse_specs(pairs), **marks)
     plan = pack(output, items, board=s.board, layout=layout, force=force)
     s.result = {"output": output, "plan": plan.to_dict()}
     render_plan(s, plan)
@@ -66,9 +74,10 @@ def pack_cmd(
 @click.pass_obj
 def unpack_cmd(s: Session, package, outdir, force) -> None:
     """Extract a kfpkg's files and flash-list.json into a directory (never outside it)."""
+    from ..image.api import unpack
+
     pkg = unpack(package, outdir, force=force)
-    for w in pkg.warnings:
-        s.warn(w)
+    _package_notes(s, pkg)
     s.out(
         f"extracted {_files(len({e.name for e in pkg.entries}))} and flash-list.json into {outdir}"
     )
@@ -80,9 +89,10 @@ def unpack_cmd(s: Session, package, outdir, force) -> None:
 @click.pass_obj
 def info_cmd(s: Session, package) -> None:
     """List a kfpkg's files: address, size, firmware mark, per-producer quirks."""
+    from ..image.kfpkg import read_kfpkg
+
     pkg = read_kfpkg(package)
-    for w in pkg.warnings:
-        s.warn(w)
+    _package_notes(s, pkg)
     version = "(none)" if pkg.version is None else repr(pkg.version)
     s.out(f"{package}: version {version}, {_files(len(pkg.entries))}")
     s.table(
@@ -115,9 +125,7 @@ def info_cmd(s: Session, package) -> None:
 @plan_options
 @click.option("--force", is_flag=True, help="Write the image even when the layout check fails.")
 @click.pass_obj
-def merge_cmd(
-    s: Session, specs, output, fill_to, layout, prefix_at, raw_at, kpu_load, load_flash, force
-) -> None:
+def merge_cmd(s: Session, specs, output, fill_to, layout, force, **marks) -> None:
     """Write one flat flash image from ADDR FILE pairs or a kfpkg (esptool's merge_bin).
 
     Each file is placed as burn writes it (a raw firmware at 0 as its boot image), the
@@ -126,13 +134,9 @@ def merge_cmd(
 
     Example: kflashpy merge -o flash.bin --fill-to 16M 0 maixpy.bin 0x300000 model.kmodel
     """
-    items = build_items(
-        parse_specs(specs),
-        prefix_at=prefix_at,
-        raw_at=raw_at,
-        kpu_load=kpu_load,
-        load_flash=load_flash,
-    )
+    from ..image.api import merge
+
+    items = build_items(parse_specs(specs), **marks)
     plan, image = merge(output, items, board=s.board, layout=layout, fill_to=fill_to, force=force)
     render_plan(s, plan)
     s.out(f"wrote {output}: {exact_size(len(image))} from 0x00000000 ({_files(len(plan.writes))})")

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import InputError, UsageError
-from ..fileio import write_atomic
 from ..model.stackvm import RELEASES
 from .session import Session
 
@@ -22,6 +21,8 @@ _CLASSIFIER_MAX = 1000
 
 def _save_npy(path: Path, arr: np.ndarray) -> Path:
     import numpy as np
+
+    from ..fileio import write_atomic
 
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
@@ -40,10 +41,13 @@ def _mkdir(path: Path, option: str) -> Path:
 
 
 def _class_names(spec: str | None, count: int) -> list[str]:
+    """The ``count`` class names of the model's output; a list of another length is refused."""
     from ..runtime.yolo import VOC_CLASSES
 
+    if spec is None and count != len(VOC_CLASSES):
+        return [str(i) for i in range(count)]  # no names given: class numbers
     if spec is None or spec == "voc":
-        names = list(VOC_CLASSES)
+        names, origin = list(VOC_CLASSES), "the VOC class list"
     else:
         try:
             names = [ln.strip() for ln in Path(spec).read_text().splitlines() if ln.strip()]
@@ -51,7 +55,14 @@ def _class_names(spec: str | None, count: int) -> list[str]:
             raise InputError(
                 f"{spec}: cannot read class names ({e.strerror})", "one name per line"
             ) from None
-    return names + [str(i) for i in range(len(names), count)]
+        origin = spec
+    if len(names) != count:
+        raise InputError(
+            f"--yolo2: {origin} has {len(names)} class names, the model's output has "
+            f"{count} classes (for the anchors given)",
+            f"give --classes FILE with {count} names, one per line (or check --yolo2 ANCHORS)",
+        )
+    return names
 
 
 def _summary(arr: np.ndarray, top: int) -> dict[str, Any]:
@@ -117,7 +128,11 @@ def _summary(arr: np.ndarray, top: int) -> dict[str, Any]:
     help="Decode output 0 as a YOLO v2 region layer with these anchors (w,h,...; 'voc' "
     "for the 20-class example) and draw the boxes on the input image.",
 )
-@click.option("--classes", metavar="voc|FILE", help="Class names for --yolo2 (default: VOC).")
+@click.option(
+    "--classes",
+    metavar="voc|FILE",
+    help="Class names for --yolo2, one per line (default: VOC's for 20 classes, else numbers).",
+)
 @click.option(
     "--threshold",
     type=click.FloatRange(0, 1),

@@ -10,7 +10,9 @@ progress and errors go to stderr.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,8 +94,8 @@ class Session:
     # --- human output ---------------------------------------------------------------
 
     def out(self, text: str = "") -> None:
-        """A line of human output on stdout (suppressed by --json and -q)."""
-        if not self.json and not self.quiet:
+        """A line of the result on stdout (suppressed by --json; -q hides logs, not this)."""
+        if not self.json:
             self.echo(text)
 
     def info(self, text: str) -> None:
@@ -108,22 +110,49 @@ class Session:
             self.echo(self.style("warning: ", fg="yellow") + text, err=True)
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """A plain aligned table; columns sized to their widest cell."""
-        if self.json or self.quiet:
+        """A plain aligned table of the result, within the terminal's width (80 columns
+        when not a terminal): a long last column (free text) wraps under itself."""
+        if self.json:
             return
         cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
         widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+        room = table_width() - sum(widths[:-1]) - 2 * (len(widths) - 1)
+        if widths[-1] > room >= 12:
+            widths[-1] = room
         for n, row in enumerate(cells):
-            line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-            self.echo(self.style(line, bold=True) if n == 0 else line)
+            last = textwrap.wrap(row[-1], widths[-1], break_on_hyphens=False) or [""]
+            for k, text in enumerate(last):
+                lead = row[:-1] if k == 0 else [""] * (len(row) - 1)
+                line = "  ".join(c.ljust(w) for c, w in zip([*lead, text], widths, strict=True))
+                self.echo(self.style(line.rstrip(), bold=True) if n == 0 else line.rstrip())
 
     # --- progress ---------------------------------------------------------------------
 
     def progress(self) -> ProgressFn | None:
-        """A progress listener: tqdm bars on a terminal, milestone lines in logs."""
-        if self.json or self.quiet or not self.show_progress:
+        """A progress listener: tqdm bars on a terminal, milestone lines in logs.
+
+        With --json the bars still go to stderr when it is a terminal (stdout keeps the
+        one JSON document); milestone lines would only clutter a captured log.
+        """
+        tty = sys.stderr.isatty()
+        if self.quiet or not self.show_progress or (self.json and not tty):
             return None
-        return _ProgressRenderer(tty=sys.stderr.isatty())
+        return _ProgressRenderer(tty=tty)
+
+
+def table_width() -> int:
+    """Columns a table may use: the terminal's, or 80 when output is not a terminal."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((80, 24)).columns
+    return 80
+
+
+def short_label(label: str) -> str:
+    """A progress label without its directories (``build/out/fw.bin`` -> ``fw.bin``,
+    ``dist/app.kfpkg:m.kmodel`` -> ``app.kfpkg:m.kmodel``); port URLs stay whole."""
+    if "/" not in label or "://" in label:
+        return label
+    return ":".join(os.path.basename(part) or part for part in label.split(":"))
 
 
 class _ProgressRenderer:
@@ -136,7 +165,7 @@ class _ProgressRenderer:
         self._milestone = 0
 
     def __call__(self, ev: Progress) -> None:
-        key = (ev.stage, ev.label)
+        key = (ev.stage, short_label(ev.label))
         if key != self._key:
             self.close()
             self._key = key
@@ -148,7 +177,7 @@ class _ProgressRenderer:
 
                 self._bar = tqdm(
                     total=ev.total,
-                    desc=f"{ev.stage} {ev.label}".strip(),
+                    desc=f"{ev.stage} {key[1]}".strip(),
                     unit="B",
                     unit_scale=True,
                     unit_divisor=1024,
@@ -163,7 +192,7 @@ class _ProgressRenderer:
             pct = ev.done * 100 // ev.total
             while self._milestone <= pct and self._milestone <= 100:
                 if self._milestone:
-                    click.echo(f"{ev.stage} {ev.label}: {self._milestone}%", err=True)
+                    click.echo(f"{ev.stage} {key[1]}: {self._milestone}%", err=True)
                 self._milestone += 25
         if ev.total and ev.done >= ev.total:
             self.close()

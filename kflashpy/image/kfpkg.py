@@ -69,6 +69,8 @@ _ZIP_ERRORS = (
 )
 #: hand-written manifests: "address": 0x00A00000 (or 0o/0b literals), not valid JSON;
 #: read by quoting the literal, so its size never matters before the address check
+#: the note for a manifest with hex address literals: normal in Kendryte SDK packages
+HEX_LITERALS = "hex address literals (not valid JSON; accepted)"
 _LITERAL_ADDRESS = re.compile(r'("address"\s*:\s*)(0[xXoObB][0-9a-fA-F_]+)')
 #: longest JSON number read as a number (a 32-bit address has 10 digits); longer ones
 #: stay text, so a 5,000-digit value costs nothing and is refused by the field check
@@ -238,7 +240,7 @@ def parse_manifest(text: str, origin: str = MANIFEST) -> tuple[str | None, list[
         except RecursionError:
             raise FormatError(f"{origin}: JSON nested too deeply", _MANIFEST_HINT) from None
         if fixed != text:
-            warnings.append(f"{origin}: hex address literals (not valid JSON; accepted)")
+            warnings.append(f"{origin}: {HEX_LITERALS}")
     except RecursionError:
         raise FormatError(f"{origin}: JSON nested too deeply", _MANIFEST_HINT) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):

@@ -560,7 +560,16 @@ class _Checker:
         for res in self.plan.layout.reserved_regions:
             if r.address >= res.end or r.end <= res.start:
                 continue
-            if r.address == res.start and r.end <= res.end:
+            if r.address == res.start and r.end <= res.end and r.content.kind == "kmodel":
+                self.add(
+                    "warning",
+                    "model-in-filesystem",
+                    f"{r.label} is a model in the {res.name} region ({_range(res.start, res.end)}), "
+                    "the firmware's file system: formatting it (or writing files) destroys the model",
+                    f"place the model below {fmt_addr(res.start)}, or use a layout without "
+                    f"{res.name}",
+                )
+            elif r.address == res.start and r.end <= res.end:
                 self.add(
                     "info",
                     "replaces",

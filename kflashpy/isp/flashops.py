@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, VerifyError
+from ..fileio import write_atomic
 from ..image.plan import AS_IS, PlannedRegion, as_burned
 from ..progress import ProgressFn
 from ..units import fmt_addr
@@ -47,19 +47,6 @@ def _check_range(address: int, size: int, flash_size: int | None) -> None:
 
 def _flash_size(s2: Stage2) -> int | None:
     return s2.identify().size if s2.has(CAP_IDENTIFY) else None
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file: never a half-written file."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass
@@ -124,7 +111,7 @@ def read_on(
     data = s2.read(address, size, progress)
     seconds = dev.link.now() - start
     if output is not None:
-        atomic_write(output, data)
+        write_atomic(output, data)  # never half a file; the permissions open() would give
     return ReadResult(
         dev.port_name,
         address,

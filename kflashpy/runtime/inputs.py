@@ -193,7 +193,11 @@ def load_input(
 ) -> np.ndarray:
     """Pick the loader: a number list (``"5.1,3.8,1.9,0.4"``) when ``path`` is no
     existing file, else by extension: images for u8 inputs, tensors otherwise."""
-    if not Path(path).exists():
+    try:
+        exists = Path(path).exists()
+    except OSError:  # a long number list is "File name too long" as a path
+        exists = False
+    if not exists:
         vals = parse_floats(str(path))
         if vals is None:
             raise InputError(
