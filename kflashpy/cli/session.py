@@ -103,6 +103,11 @@ class Session:
         if not self.json and not self.quiet:
             self.echo(text, err=True)
 
+    def debug(self, text: str) -> None:
+        """A detail on stderr shown only with -v (never in --json)."""
+        if self.verbose and not self.json:
+            self.echo(text, err=True)
+
     def warn(self, text: str) -> None:
         """A warning: stderr in human mode (not with -q), collected into the --json envelope."""
         self.warnings.append(text)

@@ -5,7 +5,7 @@
 * :mod:`.kfpkg` — read packages from every producer, write the portable dialect.
 * :mod:`.content` — what a binary is, from its bytes.
 * :mod:`.plan` — the layout checker used by ``check-layout``, ``pack`` and ``burn``.
-* :mod:`.merge` — one flat flash image from a plan (``merge``).
+* :mod:`.flatten` — one flat flash image from a plan (``merge``).
 
 Boards and firmware layouts are K210 facts: they live in :mod:`kflashpy.target`, and key
 loading in :mod:`kflashpy.keys`. Pure: never imports the serial, simulator, MaixPy or CLI
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .api import check_layout, image_info, load_items, pack, unpack
+    from .api import check_layout, image_info, load_items, merge, pack, unpack
     from .bootimage import BootImage, parse_boot_image, unwrap_boot_image, wrap_boot_image
     from .content import ContentInfo, detect_content
     from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, write_kfpkg
@@ -30,6 +30,7 @@ EXPORTS: dict[str, str] = {
     "check_layout": ".api",
     "image_info": ".api",
     "load_items": ".api",
+    "merge": ".api",
     "pack": ".api",
     "unpack": ".api",
     "BootImage": ".bootimage",
@@ -62,6 +63,7 @@ __all__ = [
     "detect_content",
     "image_info",
     "load_items",
+    "merge",
     "pack",
     "parse_boot_image",
     "plan_flash",

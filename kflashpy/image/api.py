@@ -12,7 +12,7 @@ from ..fileio import write_atomic
 from ..target.boards import Board, Firmware
 from .content import ContentInfo, detect_content
 from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, unpack_kfpkg, write_kfpkg
-from .merge import flatten
+from .flatten import flatten
 from .plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 
 __all__ = ["check_layout", "image_info", "is_package", "load_items", "pack", "unpack"]
