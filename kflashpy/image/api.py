@@ -11,8 +11,8 @@ from ..errors import InputError
 from ..fileio import write_atomic
 from ..target.boards import Board, Firmware
 from .content import ContentInfo, detect_content
-from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, unpack_kfpkg, write_kfpkg
 from .flatten import flatten
+from .kfpkg import Kfpkg, KfpkgEntry, read_kfpkg, unpack_kfpkg, write_kfpkg
 from .plan import DEFAULT_MIN_HEADROOM, FlashItem, FlashPlan, items_from_kfpkg, plan_flash
 
 __all__ = ["check_layout", "image_info", "is_package", "load_items", "pack", "unpack"]
