@@ -7,6 +7,7 @@ import pytest
 
 from kflashpy.errors import InputError
 from kflashpy.isp import flashops
+from kflashpy.isp.connect import ConnectOptions
 from kflashpy.sim.config import BoardConfig
 from kflashpy.sim.flash import NorFlash
 
@@ -48,7 +49,8 @@ def test_flasher_reads_each_boards_own_identity(tmp_path) -> None:
         "given": "sim://?board=maix-bit&uid=0011223344556677&jedec=C84018",
         "file": f"sim://?board=maix-bit&flash={tmp_path / 'board.img'}",
     }.items():
-        seen[name] = flashops.flash_id(port=url, board="maix-bit", baud=3_000_000)
+        options = ConnectOptions(url, board="maix-bit", baud=3_000_000)
+        seen[name] = flashops.flash_id(connection=options)
     assert seen["given"].unique_id == "0011223344556677"
     assert seen["given"].jedec_id == 0xC84018 and seen["given"].manufacturer == "GigaDevice"
     derived = BoardConfig.from_url(f"sim://?flash={tmp_path / 'board.img'}").unique_id()
