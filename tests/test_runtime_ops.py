@@ -69,6 +69,14 @@ def test_pool2d_against_loops() -> None:
             assert got[c, oy, ox] == pytest.approx(want, rel=1e-5, abs=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["max", "mean", "sum"])
+def test_pool2d_empty_window_is_a_value_error(mode: str) -> None:
+    # a damaged model's 0-tap window: a ValueError the runtime reports as damage
+    x = np.ones((1, 4, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match="0x2 taps"):
+        nn.pool2d(x, (0, 2), (1, 1), (0, 0, 0, 0), (5, 3), mode, init=0.0)
+
+
 def test_conv2d_nchw_against_loops() -> None:
     rng = np.random.default_rng(2)
     x = rng.standard_normal((1, 4, 6, 7)).astype(np.float32)

@@ -115,6 +115,15 @@ def test_a_runtime_bug_still_surfaces(monkeypatch) -> None:
         _load_and_run(FIX / V4_IRIS)
 
 
+def test_stackvm_function_without_text_section_runs_empty() -> None:
+    """No .text and a 0-byte function: the model reads it as no code (an empty run),
+    the runtime used to crash on the missing section (AttributeError)."""
+    # iris: stackvm function 0's text_size (bytes 124-127) 888 -> 0, ".text" -> ".Text"
+    model = runtime.load(_mutated(V5_IRIS, {124: 0, 125: 0, 545: ord("T")}))
+    outs = model.run([np.zeros(s.shape, s.dtype) for s in model.inputs])
+    assert [o.shape for o in outs] == [s.shape for s in model.outputs]
+
+
 def test_kpu_download_batch_count_does_not_hang() -> None:
     """16776961 batches of an empty map used to loop for minutes."""
     model = runtime.load(FIX / V5_TINY1)

@@ -225,13 +225,12 @@ def parse_manifest(text: str, origin: str = MANIFEST) -> tuple[str | None, list[
     "swap": bool, "reverse4Bytes": bool}``.
     """
     warnings: list[str] = []
-    numbers = {"parse_int": _json_number, "parse_float": _json_float}
     try:
-        doc = json.loads(text, **numbers)
+        doc = json.loads(text, parse_int=_json_number, parse_float=_json_float)
     except json.JSONDecodeError:
         fixed = _LITERAL_ADDRESS.sub(lambda m: f'{m.group(1)}"{m.group(2)}"', text)
         try:
-            doc = json.loads(fixed, **numbers)
+            doc = json.loads(fixed, parse_int=_json_number, parse_float=_json_float)
         except json.JSONDecodeError as e:
             raise FormatError(
                 f"{origin}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}",

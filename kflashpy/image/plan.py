@@ -332,12 +332,15 @@ def _boots(r: PlannedRegion, boot_address: int) -> bool:
 
 
 def _region(
-    item: FlashItem, boot_address: int, memo: dict[tuple, tuple], resident: bool = False
+    item: FlashItem,
+    boot_address: int,
+    memo: dict[tuple, tuple[ContentInfo, bool, bytes]],
+    resident: bool = False,
 ) -> PlannedRegion:
     """Plan one item; items with the same bytes and flags share one detection and one
     copy of the bytes to write (``memo``), so a package that lists one file 10,000
     times costs one file's memory."""
-    shape = (id(item.data), item.name, item.prefix, item.key, item.dio, item.swap)
+    shape: tuple = (id(item.data), item.name, item.prefix, item.key, item.dio, item.swap)
     shape += (item.reverse4, item.address == boot_address)
     if shape not in memo:
         content = detect_content(item.data, item.name)
@@ -666,7 +669,7 @@ def plan_flash(
     fw_region = lay.firmware_region if lay else None
     boot = fw_region.start if fw_region else BOOT_ADDRESS
     plan = FlashPlan([], [], b, lay, b.flash_size)
-    memo: dict[tuple, tuple] = {}
+    memo: dict[tuple, tuple[ContentInfo, bool, bytes]] = {}
     for item in items:
         if item.loader is not None and item.loader not in LOADERS:
             raise InputError(

@@ -64,7 +64,8 @@ class Status(IntEnum):
     FLASH_BUSY = 0xE7
 
 
-STATUS_TEXT = {
+#: keyed by the raw status byte (a Status is an int), so unknown bytes look up too
+STATUS_TEXT: dict[int, str] = {
     Status.DEFAULT: "ok (ROM default)",
     Status.OK: "ok",
     Status.BAD_DATA_LEN: "bad data length",
@@ -141,7 +142,7 @@ class Response:
         return self.status in (Status.OK, Status.DEFAULT)
 
     def describe(self) -> str:
-        text = STATUS_TEXT.get(self.status, "unknown status")  # type: ignore[call-overload]
+        text = STATUS_TEXT.get(self.status, "unknown status")
         return f"op 0x{self.op:02X} status 0x{self.status:02X} ({text})"
 
 

@@ -27,6 +27,7 @@ import csv
 import glob
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -39,10 +40,10 @@ from ..image.plan import FlashPlan
 from ..progress import Progress
 from ..units import parse_int
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 from .api import erase_device, plan_burn, regions_of
 from .burn import BurnResult, burn_on
 from .connect import ConnectOptions, Device
@@ -462,9 +463,9 @@ class Station:
                 for key, port in present.items():
                     if full or key in active or key in plugged:
                         continue
-                    done = self._start(port)
-                    if done is not None:
-                        active[key] = done
+                    started = self._start(port)
+                    if started is not None:
+                        active[key] = started
                         full = self.max_boards is not None and self._seq >= self.max_boards
                 self.stop.wait(self.poll)
         except KeyboardInterrupt:

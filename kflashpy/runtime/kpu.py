@@ -19,6 +19,7 @@ nncase >= 0.2 simulator (the one nncase 1.9 still uses):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -256,13 +257,15 @@ class ConvLayer:
     @classmethod
     def from_tables(
         cls,
-        args: KpuLayerArgs,
+        args: KpuLayerArgs | None,
         weights: np.ndarray,
         bn_table: bytes | memoryview,
         act_table: bytes | memoryview,
         what: str = "KPU layer",
     ) -> ConvLayer:
         """Build from the decoded register block and the raw parameter tables."""
+        if args is None:  # the model parsers decode one for every conv: a caller's bug
+            raise FormatError(f"{what}: no layer-argument block", "report it with the model")
         k = kernel_size(args.kernel_type, what)
         oc, ic = args.out_channels, args.in_channels
         if weights.size != args.weight_count:
@@ -313,7 +316,7 @@ def _bn_range(acc_bound: int, bias: np.ndarray, bn: BatchNorm) -> tuple[int, int
         ends = [(((int(b) + d) * int(m)) >> int(sh)) + int(a) for d in (-acc_bound, acc_bound)]
         lo = min(ends) if lo is None else min(lo, *ends)
         hi = max(ends) if hi is None else max(hi, *ends)
-    return (lo, hi) if lo is not None else (0, 0)
+    return (lo, hi) if lo is not None and hi is not None else (0, 0)
 
 
 def kernel_size(kernel_type: int, what: str = "KPU layer") -> int:
@@ -737,7 +740,7 @@ def affine_lookup(layer: ConvLayer, rules: TieRules) -> AffineLookup | None:
 def _segment(xs: np.ndarray, bn: np.ndarray, rules: TieRules) -> np.ndarray:
     """Index of the activation segment each BN value falls in (TieRules.segment)."""
     if np.all(np.diff(xs) > 0):
-        side = "left" if rules.segment == ">" else "right"
+        side: Literal["left", "right"] = "left" if rules.segment == ">" else "right"
         return np.maximum(np.searchsorted(xs, bn, side=side) - 1, 0)
     shape = (-1,) + (1,) * bn.ndim
     hit = bn[None] > xs.reshape(shape) if rules.segment == ">" else bn[None] >= xs.reshape(shape)

@@ -23,14 +23,14 @@ from .model import DAMAGE_ERRORS, damaged
 
 F32 = np.float32
 #: nncase datatype_t -> NumPy dtype (bfloat16, 11, has no NumPy type)
-DTYPES = {
+DTYPES: dict[int, np.dtype] = {
     0: np.dtype("i1"), 1: np.dtype("<i2"), 2: np.dtype("<i4"), 3: np.dtype("<i8"),
     4: np.dtype("u1"), 5: np.dtype("<u2"), 6: np.dtype("<u4"), 7: np.dtype("<u8"),
     8: np.dtype("<f2"), 9: np.dtype("<f4"), 10: np.dtype("<f8"),
 }  # fmt: skip
 LOC_KPU = 64
 #: ldind/stind/ldelem/stelem suffix -> the C type they move (intptr_t: 64-bit host)
-_SCALAR = {
+_SCALAR: dict[str, np.dtype] = {
     "i1": np.dtype("i1"), "i2": np.dtype("<i2"), "i4": np.dtype("<i4"), "i": np.dtype("<i8"),
     "u1": np.dtype("u1"), "u2": np.dtype("<u2"), "u4": np.dtype("<u4"), "u": np.dtype("<u8"),
     "r4": np.dtype("<f4"),
@@ -182,6 +182,7 @@ class StackVM:
             self._interpret()
         except DAMAGE_ERRORS as e:
             ins = self.ins
+            assert ins is not None  # damage is only found while running an instruction
             where = f"{self.where} instruction {ins.name} (byte {ins.pc} of the function)"
             raise damaged(where, self.text_offset + ins.pc, e) from e
 
@@ -203,11 +204,12 @@ class StackVM:
             elif name.startswith("br"):
                 taken = name == "br" or (bool(self._truth()) == (name == "br.true"))
                 if taken:
-                    i = index.get(ins.next_pc + f["target"])
-                    if i is None:
+                    target = index.get(ins.next_pc + f["target"])
+                    if target is None:
                         raise ValueError(
                             f"branch to byte {ins.next_pc + f['target']}, not an instruction"
                         )
+                    i = target
             else:
                 self._scalar(name, f)
 

@@ -149,8 +149,8 @@ def _matmul(vm: StackVM, f: dict):
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul of shapes {a.shape} and {b.shape}")
     limit((*a.shape[:-1], b.shape[-1]), "output")
-    bias = strided(bias, F32D, (b.shape[-1],), (1,))
-    y = nncase_math.matmul(a, b, bias, f["fused_clamp_low"], f["fused_clamp_high"])
+    bias_row = strided(bias, F32D, (b.shape[-1],), (1,))
+    y = nncase_math.matmul(a, b, bias_row, f["fused_clamp_low"], f["fused_clamp_high"])
     if "rstride_dest" in f:
         return "matmul", vm.out(output, y, F32D, f["rstride_dest"])
     strided(output, F32D, y.shape, _dense_strides(y.shape))[...] = y

@@ -67,6 +67,7 @@ class V3Model(Model):
                 )
         first = parsed.layers[0]
         if first.opcode == K210_CONV:
+            assert first.kpu is not None  # the parser decodes every conv's register block
             c, h, w = first.kpu.in_shape
             self.inputs = [TensorSpec("input", (1, c, h, w), np.dtype(np.uint8))]
         elif first.opcode == 18:
@@ -97,11 +98,13 @@ class V3Model(Model):
         for op in self.parsed.layers:
             p = op.params
             if op.opcode == K210_CONV:
+                assert op.kpu is not None  # the parser decodes every conv's register block
                 if p["flags"] & 1:
                     shapes[p["main_mem_out_address"]] = op.kpu.out_shape
             elif op.opcode in (11, 12, 13, 25, 14, 15):
                 src = shapes.get(p["main_mem_in_address"])
-                shapes[p["main_mem_out_address"]] = src or (p.get("count") or p.get("channels"),)
+                count = p["count"] if "count" in p else p["channels"]
+                shapes[p["main_mem_out_address"]] = src or (count,)
             elif op.opcode == 24:
                 src = shapes.get(p["main_mem_in_address"])
                 if src and int(np.prod(src)) == p["channels"] * p["channel_size"]:
@@ -130,7 +133,7 @@ class V3Model(Model):
         specs = []
         for i, out in enumerate(self.parsed.outputs):
             if last.opcode == K210_CONV:  # MaixPy returns the raw u8 map
-                dtype = np.dtype(np.uint8)
+                dtype: np.dtype = np.dtype(np.uint8)
                 count = out.size
             elif last.opcode in _FLOAT_OUT:
                 dtype = np.dtype(np.float32)
@@ -153,6 +156,7 @@ class V3Model(Model):
         ram = KpuRam()
         first = self.parsed.layers[0]
         if first.opcode == K210_CONV:
+            assert first.kpu is not None  # the parser decodes every conv's register block
             ram.write_map(first.kpu.image_src_addr, inputs[0][0], "model input")
         else:
             self._put(main, first.main_mem_in_address, inputs[0].astype("<f4"))

@@ -45,7 +45,7 @@ from .model import (
 from .ops import nn
 
 F32 = np.float32
-_DTYPES = {0: np.dtype("<f4"), 1: np.dtype(np.uint8)}
+_DTYPES: dict[int, np.dtype] = {0: np.dtype("<f4"), 1: np.dtype(np.uint8)}
 #: bytes past main memory that a board DMA may touch (see kpu_conv2d main-memory output)
 MAIN_SLACK = 8
 

@@ -127,8 +127,8 @@ class V5Model(Model):
         """Pools within the K210's memory; the entry's tensors inside their pools."""
         for mod in self.parsed.modules:
             where = f"{self.name}: module {mod.index} ({mod.type})"
-            for loc, pool in ((LOC_DATA, "data"), (LOC_SHARED, "shared")):
-                check_size(mod.mempool(loc), where, f"{pool} pool", mod.offset)
+            for loc, pool_name in ((LOC_DATA, "data"), (LOC_SHARED, "shared")):
+                check_size(mod.mempool(loc), where, f"{pool_name} pool", mod.offset)
             for f in mod.functions:
                 fwhere = f"{where} function {f.index}"
                 check_size(f.input_pool_size, fwhere, "input_pool_size", f.offset)
@@ -239,6 +239,7 @@ class V5Model(Model):
     ) -> list[np.ndarray]:
         mod = self.parsed.modules[self.parsed.entry_module]
         fn = self.parsed.entry
+        assert fn is not None  # __init__ refused a model without one
         in_pool = np.zeros(max(fn.input_pool_size, 1), np.uint8)
         out_pool = np.zeros(max(fn.output_pool_size, 1), np.uint8)
         for mr, arr in zip(fn.inputs, inputs, strict=True):
@@ -298,14 +299,16 @@ class _Run:
         if mod.type == "k210":
             _K210Function(self, mod, fn, buffers).run()
         else:
-            text = mod.section(".text")
+            text = mod.section(".text")  # absent: no code (as stackvm_codes reads it)
+            base = text.body.offset if text is not None and text.body is not None else 0
+            assert self.model.release.release is not None  # else _decode_all refused the file
             StackVM(
                 self,
                 self.model._programs[(mod.index, fn.index)],
                 buffers,
                 self.model.release.release,
                 f"{self.model.name}: stackvm function {fn.index}",
-                text.body.offset + fn.entrypoint,
+                base + fn.entrypoint,
                 TENSOR,
             ).run()
 

@@ -42,6 +42,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -721,7 +722,7 @@ class MaixPyPersonality:
             kpu_mod.set_outputs = kpu.set_outputs  # type: ignore[attr-defined]
         hash_mod = _Namespace(sha256=_Hash)
         vfs = self.vfs
-        os_mod = _Namespace(
+        os_mod: Any = _Namespace(  # an attribute bag: os.stat is added below
             listdir=vfs.listdir,
             remove=lambda p: vfs.call("remove", p),
             mkdir=lambda p: vfs.call("mkdir", p),

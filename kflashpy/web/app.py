@@ -129,7 +129,7 @@ def create_app(st: Station) -> Flask:
         kind = name.rsplit(".", 1)[-1]
         if kind not in types or "/" in name or name.startswith("."):
             return _error(404, "http", "no such file")
-        res = resources.files(__package__).joinpath("static", name)
+        res = resources.files(__package__).joinpath("static").joinpath(name)
         if not res.is_file():
             return _error(404, "http", "no such file")
         return Response(res.read_text("utf-8"), mimetype=types[kind])

@@ -114,6 +114,8 @@ def pool2d(
                 np.minimum(acc, tap, out=acc)
             else:
                 acc += tap
+    if acc is None:  # a damaged model's 0-tap window: nothing to fold
+        raise ValueError(f"pooling window of {kh}x{kw} taps")
     if init is not None:
         if mode == "max":
             acc = np.maximum(acc, init)
@@ -205,7 +207,7 @@ def conv2d_nchw(
     padding: tuple[int, int, int, int],
     dilation: tuple[int, int],
     out_hw: tuple[int, int],
-    dtype: type = F32,
+    dtype: type[np.floating] = F32,
 ) -> np.ndarray:
     """Grouped conv on (N, C, H, W) with OIHW weights (zero padding), in ``dtype``
     (float64 keeps integer sums exact for the quantized kernels)."""
