@@ -260,8 +260,8 @@ def burn_cmd(
     for note in result.notes if progress is None else ():  # else shown as they happened
         if note not in warned:
             s.info(note)
-    for r in result.regions:
-        s.out(r.summary() + virtual(result.port))
+    for region in result.regions:
+        s.out(region.summary() + virtual(result.port))
     s.out(
         f"verified: {'on-board SHA-256' if result.verification == 'sha256' else 'per-frame CRC-32 only (no read-back)'}"
         + (f"; rebooted ({result.rebooted})" if result.rebooted else "; left in ISP mode")
