@@ -152,6 +152,7 @@ def test_plan_collision_is_flagged_then_fixed(client) -> None:
         (0x302000, "error")
     ]
     assert client.post("/api/plan/kfpkg", json=spec).status_code == 400  # refused: errors
+    assert client.post("/api/plan/image", json=spec).status_code == 400
     spec["items"][1]["address"] = "0x310000"
     r = client.post("/api/plan", json=spec).json
     assert r["plan"]["ok"] and "collision" not in r["svg"].replace("no collision", "")
@@ -159,6 +160,11 @@ def test_plan_collision_is_flagged_then_fixed(client) -> None:
     assert pkg.status_code == 200
     entries = read_kfpkg(pkg.data).entries
     assert [(e.address, e.name) for e in entries] == [(0x300000, "a.bin"), (0x310000, "b.bin")]
+    image = client.post("/api/plan/image", json=spec)
+    assert image.status_code == 200 and len(image.data) == 0x310000 + 20000
+    assert image.data[0x300000 : 0x300000 + 20000] == b"\x11" * 20000
+    assert image.data[0x310000:] == b"\x22" * 20000
+    assert set(image.data[:0x300000]) == set(image.data[0x300000 + 20000 : 0x310000]) == {0xFF}
     # the package goes back into a plan as one upload
     p = upload(client, "plan.kfpkg", pkg.data)
     assert [e["address"] for e in p["entries"]] == [0x300000, 0x310000]

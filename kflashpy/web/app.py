@@ -194,6 +194,13 @@ def create_app(st: Station) -> Flask:
         data = station.kfpkg_bytes(ws, p, force=bool(body.get("force")))
         return _attachment(data, str(body.get("name") or "plan.kfpkg"))
 
+    @app.post("/api/plan/image")
+    def plan_image() -> Response:
+        body = _json_body()
+        p = station.plan_from_spec(ws, body)
+        data = station.merged_image(p, force=bool(body.get("force")))
+        return _attachment(data, str(body.get("name") or "flash.bin"))
+
     # --- burn -----------------------------------------------------------------------------
 
     @app.post("/api/burn")

@@ -53,6 +53,7 @@ __all__ = [
     "compare_on_board",
     "image_preview",
     "kfpkg_bytes",
+    "merged_image",
     "list_ports",
     "plan_from_spec",
     "run_on_host",
@@ -223,6 +224,15 @@ def kfpkg_bytes(ws: Workspace, plan: FlashPlan, *, force: bool = False) -> bytes
         return out.read_bytes()
     finally:
         out.unlink(missing_ok=True)
+
+
+def merged_image(plan: FlashPlan, *, force: bool = False) -> bytes:
+    """The plan as one flat flash image from address 0 (what ``kflashpy merge`` writes:
+    gaps 0xFF), refused on layout errors unless ``force``."""
+    from ..image.flatten import flatten
+
+    plan.raise_on_errors(force)
+    return flatten(plan)
 
 
 # --- burning ----------------------------------------------------------------------------

@@ -227,6 +227,11 @@ $("#download-kfpkg").addEventListener("click", guarded(async () => {
   await saveBlob(resp, "plan.kfpkg");
   status("kfpkg downloaded");
 }));
+$("#download-image").addEventListener("click", guarded(async () => {
+  const resp = await api("/api/plan/image", { method: "POST", body: planSpec(), raw: true });
+  await saveBlob(resp, "flash.bin");
+  status("merged flash image downloaded");
+}));
 
 // --- burn -----------------------------------------------------------------------------
 
