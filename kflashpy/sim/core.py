@@ -19,6 +19,8 @@ unicorn never performs RISC-V trap entry and cannot raise MEIP/MTIP (issues #240
 from __future__ import annotations
 
 import ctypes
+import signal
+import threading
 from typing import Any
 
 import numpy as np
@@ -185,6 +187,7 @@ class Core:
         # (alias address, callback, handles) of instruction hooks deferred by the guard
         self._alias_waiting: list[tuple[int, Any, list[int]]] = []
         self.idle_skips = 0
+        self._interrupted = False  # Ctrl-C arrived while the engine ran (see run)
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
@@ -594,10 +597,38 @@ class Core:
         return t
 
     def run(self, t_end: float) -> None:
-        """Execute until virtual time ``t_end`` (or until the board leaves the core)."""
+        """Execute until virtual time ``t_end`` (or until the board leaves the core).
+
+        Ctrl-C raises ``KeyboardInterrupt`` here, after the slice it arrived in. Python's
+        own handler would raise it inside whichever engine callback runs next, where
+        ctypes prints and drops it, and the operation would go on to the end. So while
+        the engine runs on the main thread, SIGINT only records itself and stops the
+        engine (see :meth:`_on_sigint`)."""
+        previous = None
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            self._run(t_end)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        if self._interrupted:
+            self._interrupted = False
+            raise KeyboardInterrupt
+
+    def _on_sigint(self, _signum: int, _frame: object) -> None:
+        """SIGINT while :meth:`run` runs (Python calls it between two bytecodes, often
+        inside an engine callback, where it must not raise)."""
+        self._interrupted = True
+        _uc_emu_stop(self._uch)
+
+    def _run(self, t_end: float) -> None:
         board = self.board
         self._halt_reason = ""
-        while board.now < t_end and board.core is self:
+        while board.now < t_end and board.core is self and not self._interrupted:
             self._sync_rx()
             regs = self._trap_regs()
             mie, pc = regs[1], regs[3]
@@ -636,6 +667,8 @@ class Core:
                 self._resume_heads()
             if self._error is not None:
                 raise self._error
+            if self._interrupted:
+                return
             if self._halt_reason:
                 board.halt(self._halt_reason)
                 return

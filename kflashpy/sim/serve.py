@@ -62,6 +62,7 @@ _BAUD_CONSTANTS = {
 }  # fmt: skip
 
 ON_OPEN = ("none", "isp", "run")
+RUN_STEP = 0.02  # longest virtual time run without looking at keys, control and closes
 COMMANDS = ("isp", "run", "dtr 0|1", "rts 0|1", "quit")
 
 
@@ -300,13 +301,16 @@ class PtyServer:
                 self._extra[fd]()
 
     def _take_events(self) -> None:
-        """Apply the reader thread's events at the virtual time the host made them."""
+        """Apply the reader thread's events at the virtual time the host made them.
+
+        Bytes of a client that has closed the port since (its close is queued behind
+        them) arrive at once: nobody waits for their answers, and charging that client's
+        pauses would make the next client wait for a board busy with a dead session."""
         board = self.board
-        while self._inbox:
+        while self._inbox and not self._stopped:
             real, kind, value = self._inbox.popleft()
-            stamp = self._host_time(real)
-            if stamp > board.now:
-                board.run_until_time(stamp)  # the host's own time before this event
+            if not self._closing():
+                self._run_to(self._host_time(real))  # the host's own time before this event
             if kind == "data":
                 board.host_write(value)
                 self._last_activity = board.now
@@ -328,6 +332,21 @@ class PtyServer:
                 self._pending_out = b""
                 self._event("client closed the port")
             self._mark(real)
+
+    def _closing(self) -> bool:
+        """Is a close of the port queued (the client the queued bytes came from is gone)?"""
+        return any(kind == "close" for _, kind, _ in self._inbox)
+
+    def _run_to(self, stamp: float) -> None:
+        """Run the board to ``stamp`` in short steps, staying responsive meanwhile: keys
+        and control commands are taken between steps, and the run ends early when the
+        server is stopped or the client closes the port."""
+        board = self.board
+        while board.now < stamp and not self._stopped:
+            board.run_until_time(min(stamp, board.now + RUN_STEP))
+            self._wait(0.0)
+            if self._closing():
+                return
 
     def _read_loop(self) -> None:
         """Reader thread: stamp the client's bytes, baud changes, opens and closes."""
