@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 import serial
+from test_sim_serve import REPLY, greet
 
 from kflashpy.sim.board import VirtualBoard
 from kflashpy.sim.config import BoardConfig
 from kflashpy.sim.memory import SRAM_BASE
 
-from test_sim_serve import REPLY, greet
-
 # lui a1, 0x38000; loop: lw a0, 4(a1); addi a2, a2, 1; j loop  (polls UARTHS rxdata)
-POLLING = bytes.fromhex("b7050038" "03a54500" "13061600" "6ff09fff")
+POLLING = bytes.fromhex("b705003803a54500130616006ff09fff")
 
 
 def _sigint_default() -> None:
