@@ -160,3 +160,49 @@ def test_q_key_stops_the_server(tmp_path: Path) -> None:
     finally:
         server.kill()
         os.close(master)
+
+
+def test_sim_kflash_serves_its_own_board(tmp_path: Path) -> None:
+    """`kflashpy sim kflash -- ARGS`: the installed kflash.py burns a board served for it
+    (its DTR/RTS calls on the pty are ignored), and the flash file holds the image."""
+    pytest.importorskip("kflash")
+    payload = os.urandom(3000)
+    (tmp_path / "app.bin").write_bytes(payload)
+    image = tmp_path / "board.img"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kflashpy", "sim", "kflash", "--flash-file", str(image),
+         "--flash-size", "1M", "--", "-n", "-b", "115200", "-B", "dan",
+         str(tmp_path / "app.bin")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "board time" in proc.stderr + proc.stdout
+    assert payload in image.read_bytes()[:8192]
+
+
+def test_kflash_then_kflashpy_on_one_server(tmp_path: Path) -> None:
+    """kflash.py (through `sim kflash --port`) on a running `sim serve`, killed mid-burn;
+    then the next client is answered by the boot ROM."""
+    pytest.importorskip("kflash")
+    (tmp_path / "app.bin").write_bytes(os.urandom(60_000))
+    server, link = _serve(tmp_path)
+    try:
+        client = _kflashpy("sim", "kflash", "--port", str(link), "--", "-n", "-b", "115200",
+                           "-B", "dan", str(tmp_path / "app.bin"))  # fmt: skip
+        _wait_line(client, "Programming BIN", 120)
+        client.kill()
+        client.wait()
+        time.sleep(1.0)  # kflash.py, its child, ends with it (and closes the pty)
+        _next_client_works(link)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(10)
+
+
+def test_sim_kflash_refuses_a_port_of_its_own() -> None:
+    from kflashpy.errors import InputError
+    from kflashpy.sim.kflash_pty import kflash_command
+
+    with pytest.raises(InputError, match="-p/--port"):
+        kflash_command(["-p", "/dev/ttyUSB0", "app.bin"], "/dev/pts/9")
+    assert kflash_command(["app.bin"], "/dev/pts/9")[-3:] == ["-p", "/dev/pts/9", "app.bin"]
