@@ -108,6 +108,9 @@ def _serve(tmp_path: Path, *extra: str, **kw) -> tuple[subprocess.Popen, Path]:
 
 
 def _next_client_works(link: Path) -> None:
+    # a new client process takes longer than this to start; a pty reports no opens, and
+    # an open within a few ms of the last close looks like the same client to the server
+    time.sleep(0.2)
     with serial.Serial(str(link), 115200, timeout=0.2) as port:
         assert greet(port, 10).endswith(REPLY)
 
