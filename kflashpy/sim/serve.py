@@ -21,7 +21,8 @@ written 0.5 s after a reply arrives 0.5 virtual seconds after that reply, howeve
 the emulation took meanwhile. The board runs ahead of the host clock as fast as it can
 while it has something to do (bytes on the wire, a flash operation in progress, or
 less than ``grace`` virtual seconds since the last byte or flash command); while it
-idles waiting for the host, its clock follows the host's. So a client that sleeps
+idles waiting for the host, its clock follows the host's, as long as a client has the
+port open: with nobody there, the board finishes its own work and then waits. So a client that sleeps
 0.5 s costs 0.5 virtual seconds, and emulation speed never shows up as virtual time.
 """
 
@@ -276,7 +277,7 @@ class PtyServer:
         busy = self._busy()
         if busy:
             board.run_until_time(board.now + min(self.grace, 5e-3))
-        else:
+        elif self.client:  # with nobody on the port, nobody's time is charged
             target = self._host_time(time.monotonic())
             if board.now < target:
                 board.run_until_time(min(target, board.now + 0.05))
@@ -286,7 +287,7 @@ class PtyServer:
             self._event("disconnected (fault injection)")
             self._stopped = True
             return
-        idle = not busy and board.now >= self._host_time(time.monotonic())
+        idle = not busy and (not self.client or board.now >= self._host_time(time.monotonic()))
         self._wait(max_wait if idle and not self._pending_out and not self._inbox else 0.0)
         self._report()
 
@@ -303,13 +304,16 @@ class PtyServer:
     def _take_events(self) -> None:
         """Apply the reader thread's events at the virtual time the host made them.
 
-        Bytes of a client that has closed the port since (its close is queued behind
-        them) arrive at once: nobody waits for their answers, and charging that client's
-        pauses would make the next client wait for a board busy with a dead session."""
+        Only a connected client's time is charged. Bytes of a client that has closed the
+        port since (its close is queued behind them) arrive at once, and the time before
+        a close or before the next client opens the port is not charged: nobody waits
+        for those answers, and charging it would make the next client wait for a board
+        busy with a dead session (or an idle server spin, following the host clock with
+        a polled program)."""
         board = self.board
         while self._inbox and not self._stopped:
             real, kind, value = self._inbox.popleft()
-            if not self._closing():
+            if self.client and kind != "close" and not self._closing():
                 self._run_to(self._host_time(real))  # the host's own time before this event
             if kind == "data":
                 board.host_write(value)
