@@ -22,8 +22,9 @@ the emulation took meanwhile. The board runs ahead of the host clock as fast as 
 while it has something to do (bytes on the wire, a flash operation in progress, or
 less than ``grace`` virtual seconds since the last byte or flash command); while it
 idles waiting for the host, its clock follows the host's, as long as a client has the
-port open: with nobody there, the board finishes its own work and then waits. So a client that sleeps
-0.5 s costs 0.5 virtual seconds, and emulation speed never shows up as virtual time.
+port open: with nobody there, the board finishes its own work and then waits. So a
+client that sleeps 0.5 s costs 0.5 virtual seconds, and emulation speed never shows up
+as virtual time.
 """
 
 from __future__ import annotations
