@@ -22,13 +22,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import serial  # noqa: E402
 from bench_flashers import YOLO, ours  # noqa: E402
 from sim_kflash_stub_burn import kflash_stub  # noqa: E402
+from simwire import reply  # noqa: E402
 
 from kflashpy.isp.frames import build_request, legacy_short_request  # noqa: E402
-from kflashpy.isp.slip import SlipDecoder, encode  # noqa: E402
+from kflashpy.isp.slip import encode  # noqa: E402
 from kflashpy.units import parse_int  # noqa: E402
 
 serial.protocol_handler_packages.append("kflashpy.sim")
@@ -45,17 +47,10 @@ def kflash_stub_burn(data: bytes, baud: int) -> float:
     """Burn ``data`` at 0 with kflash.py's stub in-process; the virtual seconds taken."""
     port = serial.serial_for_url("sim://?board=maix-bit", baudrate=115200)
     board = port.sim_board
-    dec = SlipDecoder()
 
     def request(packet: bytes, timeout: float = 1.0) -> bytes | None:
         port.write(encode(packet))
-        deadline = board.now + timeout
-        port.timeout = 0.01
-        while board.now < deadline:
-            frames = dec.feed(port.read(64))
-            if frames:
-                return frames[0]
-        return None
+        return reply(port, timeout)
 
     port.timeout = 0.1
     port.dtr, port.rts = False, True
