@@ -60,23 +60,24 @@ def _wait_line(proc: subprocess.Popen, needle: str, timeout: float) -> list[str]
 def test_sigint_inside_engine_callbacks_interrupts_the_core() -> None:
     """SIGINT while the core polls a register (so the handler runs inside an MMIO
     callback): run_until_time raises KeyboardInterrupt at once, and the board runs on."""
+    # Python's own handler, as in a terminal (a background shell starts us ignoring SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     board = VirtualBoard(BoardConfig())
     try:
         board.sram.data[0 : len(POLLING)] = POLLING
         board.start_core(SRAM_BASE, board.now)
         timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        t0 = time.monotonic()
         timer.start()
         with pytest.raises(KeyboardInterrupt):
-            board.run_until_time(board.now + 1000.0)
-        assert time.monotonic() - t0 < 60  # not the hours 1000 virtual seconds would take
-        assert board.stage == "core" and 0 < board.now < 1000.0
+            board.run_until_time(board.now + 20.0)  # minutes of polling on the host
+        assert board.stage == "core" and 0 < board.now < 20.0
         before = board.core.instructions
         board.run_for(1e-4)  # the interrupted core goes on where it stopped
         assert board.core.instructions > before
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         board.close()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_stops_a_sim_burn_with_exit_130(tmp_path: Path) -> None:
