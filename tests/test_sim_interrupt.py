@@ -91,7 +91,7 @@ def test_ctrl_c_stops_a_sim_burn_with_exit_130(tmp_path: Path) -> None:
     finally:
         proc.kill()
     out = "".join(lines)
-    assert "interrupted by Ctrl-C" in out and "cut short: data.bin" in out, out
+    assert "interrupted by Ctrl-C" in out and "cut short: " in out and "data.bin (" in out, out
 
 
 def _serve(tmp_path: Path, *extra: str, **kw) -> tuple[subprocess.Popen, Path]:
