@@ -28,22 +28,8 @@ from pathlib import Path
 
 from kflashpy.sim.board import VirtualBoard
 from kflashpy.sim.config import BoardConfig
+from kflashpy.sim.kflash_pty import kflash_command
 from kflashpy.sim.serve import PtyServer
-
-#: runs kflash.py's main() with the modem-line calls a pty cannot take made no-ops
-KFLASH_WRAPPER = """\
-import sys
-import serial
-
-def _no_modem_line(self, value=True):
-    pass
-
-serial.Serial.setDTR = serial.Serial.setRTS = _no_modem_line
-import kflash
-
-sys.argv[0] = "kflash"
-kflash.main()
-"""
 
 #: boot-image flag byte kflash 1.1.6 writes by default (--iomode dio sets bit 1)
 KFLASH_DIO_FLAG = 0x02
@@ -133,27 +119,13 @@ def write_kfpkg(path: Path, files: list[tuple[int, str, bytes, bool]]) -> Path:
 
 def run_kflash(port: str, baud: int, image: Path, timeout: float = 1800) -> str:
     """Run PyPI kflash 1.1.6 on ``port`` (a pty) to burn ``image``; return its output."""
-    with tempfile.TemporaryDirectory() as tmp:
-        wrapper = Path(tmp) / "kflash_pty.py"
-        wrapper.write_text(KFLASH_WRAPPER)
-        proc = subprocess.run(
-            [
-                sys.executable,
-                str(wrapper),
-                "-n",
-                "-p",
-                port,
-                "-b",
-                str(baud),
-                "-B",
-                "dan",
-                str(image),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, "COLUMNS": "100", "LINES": "24"},
-        )
+    proc = subprocess.run(
+        kflash_command(["-n", "-b", str(baud), "-B", "dan", str(image)], port),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "100", "LINES": "24"},
+    )
     return proc.stdout + proc.stderr
 
 

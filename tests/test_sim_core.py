@@ -263,3 +263,60 @@ def test_instruction_counter_is_found_and_counts_a_stopped_slice():
     assert counter.exact and counter.executed(100_000) == 502
     uc.emu_start(0x8000_0000, 0x8001_0000, count=50)
     assert counter.executed(50) == 50  # a slice that ran to its budget
+
+
+def bne_x0(rs1: int, offset: int) -> int:
+    o = offset & 0x1FFF
+    return (
+        (o >> 12 & 1) << 31 | (o >> 5 & 0x3F) << 25 | rs1 << 15 | 1 << 12
+        | (o >> 1 & 0xF) << 8 | (o >> 11 & 1) << 7 | 0x63
+    )  # fmt: skip
+
+
+# a0 = 100000 (lui + addi); c.addi a0, -1; c.bnez a0, -2: a count-down as compilers emit it
+C_DELAY = program(lui(A0, 24), addi(A0, A0, 1696)) + bytes.fromhex("7d157dfd")
+
+
+def _run_counting_program(monkeypatch, mode: str) -> tuple[list, int, int]:
+    """Run a program with two count-downs; (its bytes with their virtual times, the
+    instructions executed, the loop skips)."""
+    from kflashpy.sim import core, rom
+
+    with monkeypatch.context() as patch:
+        if mode == "executed":
+            patch.setattr(core, "counting_loops", lambda words: [])
+        if mode == "probed":
+            patch.setattr(rom.MaskRom, "written_range", lambda self, entry: (entry, entry))
+        port = open_isp()
+        board = port.sim_board
+        sent: list[tuple[float, bytes]] = []
+        transmit = board.board_transmit
+
+        def record(data: bytes, t: float, baud: float) -> None:
+            sent.append((t, data))
+            transmit(data, t, baud)
+
+        patch.setattr(board, "board_transmit", record)
+        code = (
+            program(lui(T0, 0x38000), addi(T1, 0, ord("O")))
+            + C_DELAY
+            + program(sw(T1, T0, 0), lui(T2, 61), addi(T1, 0, ord("K")))  # t2 = 249856
+            + program(addi(T2, T2, -1), bne_x0(T2, -4), sw(T1, T0, 0), jal(0, 0))
+        )
+        upload_and_boot(port, code)
+        assert read_for(port, 0.05) == b"OK"
+        status = board.status()["core"]
+        return sent, status["instructions"], status["loop_skips"]
+
+
+def test_counting_loops_are_skipped_exactly(monkeypatch) -> None:
+    """A busy-wait count-down (32-bit and compressed forms) skipped in one step leaves the
+    instruction count and the virtual time of everything after it exactly as executing
+    it does: found in the uploaded code ("scanned"), or in code the ROM did not load,
+    where slices end ("probed"); "executed" is the reference, nothing skipped."""
+    sent, instructions, skips = _run_counting_program(monkeypatch, "executed")
+    assert skips == 0 and len(sent) >= 3
+    for mode in ("scanned", "probed"):
+        got = _run_counting_program(monkeypatch, mode)
+        assert got[:2] == (sent, instructions), mode  # bit-identical times and counts
+        assert got[2] > 0, mode

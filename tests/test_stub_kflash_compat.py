@@ -24,7 +24,9 @@ pytest.importorskip("kflashpy.sim.core")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from simbench import KFLASH_DIO_FLAG, KFLASH_WRAPPER, boot_image, served_board  # noqa: E402
+from simbench import KFLASH_DIO_FLAG, boot_image, served_board  # noqa: E402
+
+from kflashpy.sim.kflash_pty import kflash_command  # noqa: E402
 
 BAUD = "1500000"
 
@@ -37,12 +39,10 @@ def test_kflash_116_burns_and_reboots_through_our_flasher(tmp_path):
     firmware = os.urandom(70000)
     (tmp_path / "fw.bin").write_bytes(firmware)
     (tmp_path / "flasher.bin").write_bytes(load().flasher.image)
-    (tmp_path / "kflash_pty.py").write_text(KFLASH_WRAPPER)
     with served_board() as server:
         proc = subprocess.run(
-            [sys.executable, str(tmp_path / "kflash_pty.py"), "-n", "-p", server.path,
-             "-b", BAUD, "-B", "dan", "-l", str(tmp_path / "flasher.bin"),
-             str(tmp_path / "fw.bin")],
+            kflash_command(["-n", "-b", BAUD, "-B", "dan", "-l", str(tmp_path / "flasher.bin"),
+                            str(tmp_path / "fw.bin")], server.path),
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         log = proc.stdout + proc.stderr

@@ -238,6 +238,56 @@ def register(group: click.Group) -> None:
         }
         session.info(_status_line(st))
 
+    @sim.command("kflash")
+    @board_options
+    @click.option(
+        "--port",
+        metavar="PTY",
+        help="Use the board a running `kflashpy sim serve` offers on this pty "
+        "(default: serve one here for the run, built from the board options).",
+    )
+    @click.argument("kflash_args", nargs=-1, type=click.UNPROCESSED)
+    @click.pass_obj
+    def kflash(
+        session: Session, url, flash_file, flash_size, chip, timing, faults, port, kflash_args
+    ) -> None:
+        """Run the installed kflash.py on a virtual board: kflashpy sim kflash -- ARGS.
+
+        ARGS are kflash.py's own (without -p). A pty takes no DTR/RTS, which kflash.py
+        insists on toggling: here those calls are ignored and the board is reset into
+        ISP when kflash.py opens the port. Exit status: kflash.py's.
+        """
+        from ..errors import DeviceError
+        from ..sim.kflash_pty import run_kflash
+
+        args = list(kflash_args)
+        if port is not None:
+            run = run_kflash(args, port=port)
+        else:
+            from ..sim.board import VirtualBoard
+            from ..sim.serve import PtyServer
+
+            opts = _options(flash_file, flash_size, chip, timing)
+            cfg = _board_config(session, url, opts, faults)
+            board = VirtualBoard(cfg)
+            try:
+                with PtyServer(board, on_open="isp") as server:
+                    run = run_kflash(args, server=server)
+            finally:
+                board.close()
+        session.result = {
+            "returncode": run.returncode,
+            "pty": run.pty,
+            "virtual_seconds": run.virtual_seconds,
+        }
+        if run.returncode:
+            raise DeviceError(
+                f"kflash.py exited with status {run.returncode} on {run.pty}",
+                hint="its own output above says why",
+            )
+        if run.virtual_seconds is not None:
+            session.info(f"kflash.py done; {run.virtual_seconds:.2f} s of board time")
+
     @sim.command("info")
     @board_options
     @click.pass_obj

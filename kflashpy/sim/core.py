@@ -19,6 +19,8 @@ unicorn never performs RISC-V trap entry and cannot raise MEIP/MTIP (issues #240
 from __future__ import annotations
 
 import ctypes
+import signal
+import threading
 from typing import Any
 
 import numpy as np
@@ -76,6 +78,7 @@ MIN_SLICE = 200
 MAX_SLICE_S = 20e-6
 IDLE_TRACE = 64  # longest wait loop (instructions) the idle detector recognises
 MAX_IDLE_HEADS = 16
+MAX_LOOP_PROBES = 4096  # slice-end PCs looked at for counting loops (then no more)
 LEARN_BACKOFF = 2e-3  # virtual seconds between two loop tracings that found no idle loop
 HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
 HEAD_SUSPEND = 0.01  # virtual seconds a wait-loop hook stays off after its loop was busy
@@ -90,6 +93,7 @@ _TRAP_READ = (
 )
 _TRAP_WRITE = (rv.UC_RISCV_REG_MSTATUS, rv.UC_RISCV_REG_MCAUSE, rv.UC_RISCV_REG_MEPC)
 _NEVER = (1 << 64) - 1  # mtimecmp reset value
+_MASK64 = (1 << 64) - 1
 _UNTIL = 0xFFFF_FFFF_FFFF_FFFE  # never reached: slices end by instruction count
 
 
@@ -122,6 +126,48 @@ _uc_reg_read = _gil_kept("uc_reg_read", prototype=False)
 _uc_reg_write = _gil_kept("uc_reg_write", prototype=False)
 _uc_reg_read_batch = _gil_kept("uc_reg_read_batch", prototype=False)
 _uc_reg_write_batch = _gil_kept("uc_reg_write_batch", prototype=False)
+
+
+def _signed(value: int, bits: int) -> int:
+    return value - (1 << bits) if value >> (bits - 1) & 1 else value
+
+
+def counting_loops(words: np.ndarray) -> list[tuple[int, int, int]]:
+    """Two-instruction loops that only count a register to zero, as a busy-wait delay
+    compiles: ``addi rX, rX, +-1`` (or ``c.addi``) followed by ``bnez rX`` back to it
+    (``c.bnez``, or ``bne rX, x0``). ``words[i]`` is the 32-bit word at halfword ``i``;
+    returns (halfword index of the addi, register, step) for each. Such a loop reads and
+    writes nothing else, so its iterations can be run in one step (``_on_counting_loop``).
+    """
+    found = []
+    half = words & 0xFFFF
+    # c.addi rd, imm (funct3 000, op 01) with imm = +-1; addi rd, rd, +-1
+    c_addi = ((half & 0xE003) == 0x0001) & (((half >> 7) & 0x1F) != 0)
+    addi = ((words & 0x707F) == 0x0013) & (((words >> 7) & 0x1F) == ((words >> 15) & 0x1F))
+    for idx in np.flatnonzero(c_addi | addi):
+        w = int(words[idx])
+        if w & 3 == 3:
+            reg, step, size = w >> 7 & 0x1F, _signed(w >> 20, 12), 2
+        else:
+            reg, size = w >> 7 & 0x1F, 1
+            step = _signed((w >> 12 & 1) << 5 | (w >> 2 & 0x1F), 6)
+        if step not in (1, -1) or reg == 0 or idx + size >= len(words):
+            continue
+        b = int(words[idx + size])
+        if b & 0xE003 == 0xE001 and b & 3 != 3:  # c.bnez rs1', offset
+            rs1 = 8 + (b >> 7 & 7)
+            off = (b >> 12 & 1) << 8 | (b >> 5 & 3) << 6 | (b >> 2 & 1) << 5
+            off |= (b >> 10 & 3) << 3 | (b >> 3 & 3) << 1
+            off = _signed(off, 9)
+        elif b & 0x01F0_707F == 0x0000_1063:  # bne rs1, x0, offset
+            rs1 = b >> 15 & 0x1F
+            off = (b >> 31 & 1) << 12 | (b >> 7 & 1) << 11 | (b >> 25 & 0x3F) << 5
+            off = _signed(off | (b >> 8 & 0xF) << 1, 13)
+        else:
+            continue
+        if rs1 == reg and off == -2 * size:
+            found.append((int(idx), reg, step))
+    return found
 
 
 def _vector(tvec: int, cause: int) -> int:
@@ -172,6 +218,10 @@ class Core:
         # (alias address, callback, handles) of instruction hooks deferred by the guard
         self._alias_waiting: list[tuple[int, Any, list[int]]] = []
         self.idle_skips = 0
+        self.loop_skips = 0
+        self._loops: set[int] = set()  # addresses of hooked counting loops
+        self._loop_probes: set[int] = set()  # slice-end PCs already looked at
+        self._interrupted = False  # Ctrl-C arrived while the engine ran (see run)
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
@@ -322,6 +372,27 @@ class Core:
             self._hook(lo + 2 * int(idx), self._on_mret, None)
         for idx in np.flatnonzero((words & CSRR_MIP_MASK) == CSRR_MIP):
             self._hook(lo + 2 * int(idx), self._on_csrr_mip, int(words[idx]) >> 7 & 0x1F)
+        for idx, reg, step in counting_loops(words):
+            self._hook_counting_loop(lo + 2 * idx, reg, step)
+
+    def _hook_counting_loop(self, addr: int, reg: int, step: int) -> None:
+        if self._count_cell is not None and addr not in self._loops:  # needs the exact count
+            self._loops.add(addr)
+            self._hook(addr, self._on_counting_loop, (rv.UC_RISCV_REG_X0 + reg, step))
+
+    def _find_counting_loop(self, pc: int) -> None:
+        """A slice ended at ``pc``: if that is inside a counting loop, hook the loop. Code
+        the uploaded program loads itself (kflashpy's flasher, through its bootstrap) was
+        not there to scan at the start; its busy-wait loops show up here, because slices
+        that end by their budget end mostly where the time goes."""
+        self._loop_probes.add(pc)
+        off = Sram.offset(pc - 2, 8)
+        if off is None:
+            return
+        raw = np.frombuffer(self.board.sram.data, dtype=np.uint16, count=4, offset=off)
+        words = raw[:-1].astype(np.uint32) | (raw[1:].astype(np.uint32) << 16)
+        for idx, reg, step in counting_loops(words):
+            self._hook_counting_loop(pc - 2 + 2 * idx, reg, step)
 
     def _hook(self, addr: int, callback: Any, data: object) -> list[int]:
         """Hook one instruction in both SRAM views (code may run from the alias) with
@@ -545,6 +616,30 @@ class Core:
             self._rw(rv.UC_RISCV_REG_X0 + rd, value)
         self._rw(rv.UC_RISCV_REG_PC, address + 4)
 
+    def _on_counting_loop(self, _address: int, data: tuple[int, int]) -> None:
+        """At the ``addi`` of a two-instruction counting loop (see :func:`counting_loops`):
+        run its iterations in one step. The register gets the value it would have after
+        them and unicorn's instruction counter the instructions they take, but only up to
+        the running slice's budget, so the slice still ends at the same instruction and
+        everything after the loop sees the same virtual time as if it had run."""
+        if not self._in_slice:
+            return  # single-stepping (idle-loop tracing): no budget to fill
+        cell = self._count_cell
+        assert cell is not None
+        room = (self._budget - cell.value) // 2  # whole iterations that fit the slice
+        if room < 1:
+            return
+        reg, step = data
+        value = self._rr(reg)
+        # iterations, this one included, until the register reaches 0 and the loop ends
+        left = (-value if step > 0 else value) & _MASK64
+        skip = min(left - 1, room)
+        if skip < 1:
+            return
+        self._rw(reg, value + skip * step)
+        cell.value += 2 * skip
+        self.loop_skips += 1
+
     # ------------------------------------------------------------------ running
     def link_baud(self) -> float | None:
         return self.rx_uart.baud() if self.rx_uart is not None else None
@@ -580,10 +675,38 @@ class Core:
         return t
 
     def run(self, t_end: float) -> None:
-        """Execute until virtual time ``t_end`` (or until the board leaves the core)."""
+        """Execute until virtual time ``t_end`` (or until the board leaves the core).
+
+        Ctrl-C raises ``KeyboardInterrupt`` here, after the slice it arrived in. Python's
+        own handler would raise it inside whichever engine callback runs next, where
+        ctypes prints and drops it, and the operation would go on to the end. So while
+        the engine runs on the main thread, SIGINT only records itself and stops the
+        engine (see :meth:`_on_sigint`)."""
+        previous = None
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            self._run(t_end)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        if self._interrupted:
+            self._interrupted = False
+            raise KeyboardInterrupt
+
+    def _on_sigint(self, _signum: int, _frame: object) -> None:
+        """SIGINT while :meth:`run` runs (Python calls it between two bytecodes, often
+        inside an engine callback, where it must not raise)."""
+        self._interrupted = True
+        _uc_emu_stop(self._uch)
+
+    def _run(self, t_end: float) -> None:
         board = self.board
         self._halt_reason = ""
-        while board.now < t_end and board.core is self:
+        while board.now < t_end and board.core is self and not self._interrupted:
             self._sync_rx()
             regs = self._trap_regs()
             mie, pc = regs[1], regs[3]
@@ -618,10 +741,16 @@ class Core:
             board.now += (done - self._accounted) / self.cpu_hz + self._stall
             self._stall = 0.0
             self._watch_stores(False)
+            if done == count and len(self._loop_probes) < MAX_LOOP_PROBES:
+                pc = self._rr(rv.UC_RISCV_REG_PC)
+                if pc not in self._loop_probes:
+                    self._find_counting_loop(pc)
             if self._suspended:
                 self._resume_heads()
             if self._error is not None:
                 raise self._error
+            if self._interrupted:
+                return
             if self._halt_reason:
                 board.halt(self._halt_reason)
                 return
@@ -772,6 +901,7 @@ class Core:
             "slices": self.slices,
             "traps": self.traps,
             "idle_skips": self.idle_skips,
+            "loop_skips": self.loop_skips,
             "plic_claims": self.plic.claims,
             "spi3_transactions": self.spi3.transactions,
             "rx_uart": self.rx_uart.name if self.rx_uart is not None else None,

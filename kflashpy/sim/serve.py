@@ -21,8 +21,10 @@ written 0.5 s after a reply arrives 0.5 virtual seconds after that reply, howeve
 the emulation took meanwhile. The board runs ahead of the host clock as fast as it can
 while it has something to do (bytes on the wire, a flash operation in progress, or
 less than ``grace`` virtual seconds since the last byte or flash command); while it
-idles waiting for the host, its clock follows the host's. So a client that sleeps
-0.5 s costs 0.5 virtual seconds, and emulation speed never shows up as virtual time.
+idles waiting for the host, its clock follows the host's, as long as a client has the
+port open: with nobody there, the board finishes its own work and then waits. So a
+client that sleeps 0.5 s costs 0.5 virtual seconds, and emulation speed never shows up
+as virtual time.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ _BAUD_CONSTANTS = {
 }  # fmt: skip
 
 ON_OPEN = ("none", "isp", "run")
+RUN_STEP = 0.02  # longest virtual time run without looking at keys, control and closes
 COMMANDS = ("isp", "run", "dtr 0|1", "rts 0|1", "quit")
 
 
@@ -275,7 +278,7 @@ class PtyServer:
         busy = self._busy()
         if busy:
             board.run_until_time(board.now + min(self.grace, 5e-3))
-        else:
+        elif self.client:  # with nobody on the port, nobody's time is charged
             target = self._host_time(time.monotonic())
             if board.now < target:
                 board.run_until_time(min(target, board.now + 0.05))
@@ -285,7 +288,7 @@ class PtyServer:
             self._event("disconnected (fault injection)")
             self._stopped = True
             return
-        idle = not busy and board.now >= self._host_time(time.monotonic())
+        idle = not busy and (not self.client or board.now >= self._host_time(time.monotonic()))
         self._wait(max_wait if idle and not self._pending_out and not self._inbox else 0.0)
         self._report()
 
@@ -300,13 +303,19 @@ class PtyServer:
                 self._extra[fd]()
 
     def _take_events(self) -> None:
-        """Apply the reader thread's events at the virtual time the host made them."""
+        """Apply the reader thread's events at the virtual time the host made them.
+
+        Only a connected client's time is charged. Bytes of a client that has closed the
+        port since (its close is queued behind them) arrive at once, and the time before
+        a close or before the next client opens the port is not charged: nobody waits
+        for those answers, and charging it would make the next client wait for a board
+        busy with a dead session (or an idle server spin, following the host clock with
+        a polled program)."""
         board = self.board
-        while self._inbox:
+        while self._inbox and not self._stopped:
             real, kind, value = self._inbox.popleft()
-            stamp = self._host_time(real)
-            if stamp > board.now:
-                board.run_until_time(stamp)  # the host's own time before this event
+            if self.client and kind != "close" and not self._closing():
+                self._run_to(self._host_time(real))  # the host's own time before this event
             if kind == "data":
                 board.host_write(value)
                 self._last_activity = board.now
@@ -328,6 +337,21 @@ class PtyServer:
                 self._pending_out = b""
                 self._event("client closed the port")
             self._mark(real)
+
+    def _closing(self) -> bool:
+        """Is a close of the port queued (the client the queued bytes came from is gone)?"""
+        return any(kind == "close" for _, kind, _ in self._inbox)
+
+    def _run_to(self, stamp: float) -> None:
+        """Run the board to ``stamp`` in short steps, staying responsive meanwhile: keys
+        and control commands are taken between steps, and the run ends early when the
+        server is stopped or the client closes the port."""
+        board = self.board
+        while board.now < stamp and not self._stopped:
+            board.run_until_time(min(stamp, board.now + RUN_STEP))
+            self._wait(0.0)
+            if self._closing():
+                return
 
     def _read_loop(self) -> None:
         """Reader thread: stamp the client's bytes, baud changes, opens and closes."""

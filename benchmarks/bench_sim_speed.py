@@ -1,0 +1,112 @@
+"""Host cost of the simulator: host seconds per virtual second of a burn, per flasher and baud.
+
+A short configuration of bench_flashers.py's kflashpy cases (the first SIZE bytes of the
+YOLO kmodel at 0x300000, blank flash) plus kflash.py 1.1.6's stub driven in-process
+(sim_kflash_stub_burn.py's sequence: upload, optional 0xD6, 0xD7, 64 KiB 0xD4 frames of
+deterministic bytes). For each case it prints the exact virtual time (``repr``, to
+compare before/after a simulator change: it must not move) and the host wall and CPU
+seconds per virtual second. Run it from two checkouts to compare::
+
+    python benchmarks/bench_sim_speed.py --size 256K
+    PYTHONPATH=/path/to/old/checkout python benchmarks/bench_sim_speed.py --size 256K
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import serial  # noqa: E402
+from bench_flashers import YOLO, ours  # noqa: E402
+from sim_kflash_stub_burn import kflash_stub  # noqa: E402
+from simwire import reply  # noqa: E402
+
+from kflashpy.isp.frames import build_request, legacy_short_request  # noqa: E402
+from kflashpy.isp.slip import encode  # noqa: E402
+from kflashpy.units import parse_int  # noqa: E402
+
+serial.protocol_handler_packages.append("kflashpy.sim")
+CASES = (
+    ("kflashpy", 3_000_000),
+    ("kflashpy", 1_500_000),
+    ("kflashpy", 115200),
+    ("kflash-stub", 1_500_000),
+    ("kflash-stub", 115200),
+)
+
+
+def kflash_stub_burn(data: bytes, baud: int) -> float:
+    """Burn ``data`` at 0 with kflash.py's stub in-process; the virtual seconds taken."""
+    port = serial.serial_for_url("sim://?board=maix-bit", baudrate=115200)
+    board = port.sim_board
+
+    def request(packet: bytes, timeout: float = 1.0) -> bytes | None:
+        port.write(encode(packet))
+        return reply(port, timeout)
+
+    port.timeout = 0.1
+    port.dtr, port.rts = False, True
+    port.read(4096)
+    port.rts, port.dtr = False, True
+    port.read(4096)
+    port.reset_input_buffer()
+    t0 = board.now
+    stub = kflash_stub()
+    for off in range(0, len(stub), 1024):
+        assert request(build_request(0xC3, 0x8000_0000 + off, stub[off : off + 1024]))
+    port.write(encode(build_request(0xC5, 0x8000_0000)))
+    port.read(4096)
+    assert request(legacy_short_request(0xD2)) == b"\xd2\xe0"
+    if baud != 115200:
+        port.write(encode(build_request(0xD6, 0, struct.pack("<I", baud))))
+        port.timeout = 0.05
+        port.read(4096)
+        port.baudrate = baud
+        assert request(legacy_short_request(0xD2)) == b"\xd2\xe0"
+    assert request(build_request(0xD7, 1, data_len=0), 3) == b"\xd7\xe0"
+    for off in range(0, len(data), 65536):
+        assert request(build_request(0xD4, off, data[off : off + 65536]), 90) == b"\xd4\xe0"
+    assert board.flash.read(0, len(data)) == data
+    seconds = board.now - t0
+    port.close()
+    return seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="256K", help="bytes burnt per case (default 256K)")
+    ap.add_argument("--case", action="append", help="client@baud, e.g. kflashpy@3000000")
+    args = ap.parse_args()
+    size = parse_int(args.size, "size")
+    cases = [(c, int(b)) for c, b in (x.split("@") for x in args.case)] if args.case else CASES
+    image = YOLO.read_bytes()[:size]
+    data = random.Random(7).randbytes(size)
+    print(f"{'case':22} {'virtual s (exact)':>22} {'host s':>8} {'host/virt':>9} {'cpu/virt':>9}")
+    for client, baud in cases:
+        wall, cpu = time.perf_counter(), time.process_time()
+        if client == "kflashpy":
+            with tempfile.TemporaryDirectory() as tmp:
+                row = ours("kmodel", image, 0x300000, baud, Path(tmp) / "flash.img")
+            assert row.ok
+            virtual = row.total_s
+        else:
+            virtual = kflash_stub_burn(data, baud)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        print(
+            f"{client + '@' + str(baud):22} {virtual!r:>22} {wall:8.1f} "
+            f"{wall / virtual:9.2f} {cpu / virtual:9.2f}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
