@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import serial  # noqa: E402
 from bench_flashers import YOLO, ours  # noqa: E402
 from sim_kflash_stub_burn import kflash_stub  # noqa: E402
-from simwire import reply  # noqa: E402
+from support.simwire import reply  # noqa: E402
 
 from kflashpy.isp.frames import build_request, legacy_short_request  # noqa: E402
 from kflashpy.isp.slip import encode  # noqa: E402

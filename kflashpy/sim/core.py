@@ -372,8 +372,8 @@ class Core:
             self._hook(lo + 2 * int(idx), self._on_mret, None)
         for idx in np.flatnonzero((words & CSRR_MIP_MASK) == CSRR_MIP):
             self._hook(lo + 2 * int(idx), self._on_csrr_mip, int(words[idx]) >> 7 & 0x1F)
-        for idx, reg, step in counting_loops(words):
-            self._hook_counting_loop(lo + 2 * idx, reg, step)
+        for at, reg, step in counting_loops(words):
+            self._hook_counting_loop(lo + 2 * at, reg, step)
 
     def _hook_counting_loop(self, addr: int, reg: int, step: int) -> None:
         if self._count_cell is not None and addr not in self._loops:  # needs the exact count
