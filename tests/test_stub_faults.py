@@ -69,3 +69,13 @@ def test_hints_say_replies_came_back_damaged():
             dev.stage2.sha256(0x300000, 0x1000)
         assert "replies came back damaged (CRC mismatch)" in e.value.hint
         assert "went silent" not in e.value.hint
+
+
+def test_campaign_seed_flasher_upload_through_host_to_board_noise():
+    """bench_faults.py "corrupt to board" seed 0 (1e-3 per byte): the upload stopped at
+    1 KiB pieces, which got through one time in three; 256-byte pieces get through."""
+    with kflashpy.connect(
+        f"{SIM}&corrupt=1e-3&dir=board&seed=0", board="maix-bit", stub="kflashpy"
+    ) as dev:
+        assert dev.stage2.identify().size == 16 << 20
+        assert dev.port.sim_board.status()["faults"]["to_board_corrupted"] > 10
