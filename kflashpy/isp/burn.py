@@ -320,11 +320,11 @@ def _keep(s2: Stage2, board: str, region: WriteRegion, pieces: Pieces) -> KeptBy
     return kept
 
 
-def _restore(s2: Stage2, kept: KeptBytes) -> None:
+def _restore(s2: Stage2, kept: KeptBytes, ledger: WriteLedger) -> None:
     """Write back the kept bytes the flash no longer holds, then forget them."""
     for at, data in kept.pieces:
         if s2.sha256(at, len(data)) != hashlib.sha256(data).digest():
-            s2.write(at, data)
+            s2.write(at, data, ledger=ledger)
     kept.drop()
 
 
@@ -357,7 +357,7 @@ def write_regions(
             if pieces == [] and skip_unchanged:
                 kept = KeptBytes.load(board, region.address, region.data) if keeping else None
                 if kept is not None:
-                    _restore(s2, kept)
+                    _restore(s2, kept, ledger)
                 res.status, res.verified = "skipped", "sha256"
                 continue
             if keeping and pieces:
@@ -376,7 +376,7 @@ def write_regions(
                 _verify(s2, region)
                 res.verified = "sha256"
             if kept is not None:
-                _restore(s2, kept)
+                _restore(s2, kept, ledger)
         except KeyboardInterrupt:
             res.status, res.done = "interrupted", sink[0]
             res.seconds = dev.link.now() - start
@@ -387,7 +387,9 @@ def write_regions(
             if res.status != "written":
                 res.status, res.done = "failed", sink[0]
             at_risk = _at_risk(s2, region, ledger, kept, keeping)
-            written = [r.label for r in results if r.status in ("written", "skipped")]
+            written = [
+                r.label for r in results if r.status in ("written", "skipped") and r is not res
+            ]
             e.hint = "\n".join(
                 x
                 for x in (
