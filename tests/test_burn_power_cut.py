@@ -108,3 +108,22 @@ def test_a_cut_after_the_last_frame_says_nothing_is_half_written(tmp_path, monke
     assert "no frame was waiting for its answer" in e.value.hint
     flash = img.read_bytes()
     assert flash[AT:END] == FILE and flash[END : LAST + 0x1000] == NEIGHBOUR
+
+
+def test_cli_renders_the_damage(tmp_path, monkeypatch, capsys):
+    import json
+
+    from kflashpy.cli import main
+
+    monkeypatch.setenv("KFLASHPY_STATE_DIR", str(tmp_path / "state"))
+    img = _board_image(tmp_path / "c.img")
+    app = tmp_path / "app.bin"
+    app.write_bytes(FILE)
+    url = f"sim://?board=maix-bit&flash={img}&disconnect=40000"
+    argv = ["-p", url, "-B", "maix-bit", "--no-progress", "burn", "--no-reboot"]
+    assert main(["--json", *argv, str(AT), str(app)]) == 1
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["at_risk"] and "may now be erased or half-written" in error["hint"]
+    assert all(r["label"].endswith("app.bin") and r["end"] > r["start"] for r in error["at_risk"])
+    assert main([*argv, str(AT), str(app)]) == 1
+    assert "app.bin: " in capsys.readouterr().err.split("\n  ", 2)[-1]  # its own hint line

@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     except KflashError as e:
         status = e.exit_code
         error = {"kind": e.kind, "message": e.message, "hint": e.hint}
+        if hasattr(e, "at_risk"):  # a failed burn: the flash it may have damaged
+            error["at_risk"] = [r.to_dict() for r in e.at_risk]
     except KeyboardInterrupt:
         status, error = (
             EXIT_INTERRUPTED,
@@ -153,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     elif error is not None and not session.error_shown:
         session.echo(session.style("error: ", fg="red", bold=True) + error["message"], err=True)
         if error.get("hint"):
-            session.echo(f"  hint: {error['hint']}", err=True)
+            hint = error["hint"].replace("\n", "\n  ")
+            session.echo(f"  hint: {hint}", err=True)
     return status
 
 

@@ -149,16 +149,22 @@ class AtRisk:
     label: str
     #: bytes outside the region (old data that shared its sector or block)
     outside: bool = False
-    #: where the old bytes were kept ("" if blank or not kept)
+    #: outside bytes: "kept" (on disk, restored by the rerun), "blank" (nothing to
+    #: restore) or "unread" (the flasher cannot read flash back)
+    old: str = ""
+    #: where the old bytes were kept
     kept: str = ""
 
     def describe(self) -> str:
         span = f"{fmt_addr(self.start)}-{fmt_addr(self.end - 1)} ({self.end - self.start} B"
         if not self.outside:
             return f"{span} of {self.label})"
-        if self.kept:
-            return f"{span} outside {self.label}, old data kept in {self.kept})"
-        return f"{span} outside {self.label}; its old data was blank or could not be kept)"
+        old = {
+            "kept": f"old data kept in {self.kept}",
+            "blank": "blank before: nothing to restore",
+            "unread": "old data not kept: this flasher cannot read flash back",
+        }[self.old]
+        return f"{span} outside {self.label}, {old})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -166,6 +172,7 @@ class AtRisk:
             "end": self.end,
             "label": self.label,
             "outside": self.outside,
+            "old": self.old,
             "kept": self.kept,
         }
 
@@ -181,9 +188,11 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _at_risk(
-    s2: Stage2, region: WriteRegion, ledger: WriteLedger, kept: KeptBytes | None
+    s2: Stage2, region: WriteRegion, ledger: WriteLedger, kept: KeptBytes | None, keeping: bool
 ) -> list[AtRisk]:
-    """The erase units of every frame sent and not acknowledged, split at the region."""
+    """The erase units of every frame sent and not acknowledged, split at the region.
+
+    ``keeping``: the non-blank old bytes outside the region were kept (``kept``)."""
     units = _merge([u for at, n in ledger.pending.items() for u in s2.erase_units(at, n)])
     out = []
     kept_at = {a: len(b) for a, b in kept.pieces} if kept else {}
@@ -192,10 +201,12 @@ def _at_risk(
         for lo, hi in ((s, inside[0]), inside, (inside[1], e)):
             if lo >= hi:
                 continue
-            outside = (lo, hi) != inside
-            keeps = outside and any(lo < a + n and a < hi for a, n in kept_at.items())
-            path = str(kept.path) if keeps and kept else ""
-            out.append(AtRisk(lo, hi, region.label, outside, path))
+            if (lo, hi) == inside:
+                out.append(AtRisk(lo, hi, region.label))
+            elif kept and any(lo < a + n and a < hi for a, n in kept_at.items()):
+                out.append(AtRisk(lo, hi, region.label, True, "kept", str(kept.path)))
+            else:
+                out.append(AtRisk(lo, hi, region.label, True, "blank" if keeping else "unread"))
     return out
 
 
@@ -206,8 +217,8 @@ def _damage_hint(region: WriteRegion, at_risk: list[AtRisk], acked: int) -> str:
             "waiting for its answer, so the flash holds old or new data, nothing half-written"
         )
     ranges = "; ".join(r.describe() for r in at_risk)
-    kept = any(r.kept for r in at_risk)
-    lost = [r for r in at_risk if r.outside and not r.kept]
+    kept = any(r.old == "kept" for r in at_risk)
+    lost = [r for r in at_risk if r.old == "unread"]
     repair = "run the same burn again to rewrite them" + (
         " and restore the kept bytes" if kept else ""
     )
@@ -309,11 +320,11 @@ def _keep(s2: Stage2, board: str, region: WriteRegion, pieces: Pieces) -> KeptBy
     return kept
 
 
-def _restore(s2: Stage2, kept: KeptBytes) -> None:
+def _restore(s2: Stage2, kept: KeptBytes, ledger: WriteLedger) -> None:
     """Write back the kept bytes the flash no longer holds, then forget them."""
     for at, data in kept.pieces:
         if s2.sha256(at, len(data)) != hashlib.sha256(data).digest():
-            s2.write(at, data)
+            s2.write(at, data, ledger=ledger)
     kept.drop()
 
 
@@ -346,7 +357,7 @@ def write_regions(
             if pieces == [] and skip_unchanged:
                 kept = KeptBytes.load(board, region.address, region.data) if keeping else None
                 if kept is not None:
-                    _restore(s2, kept)
+                    _restore(s2, kept, ledger)
                 res.status, res.verified = "skipped", "sha256"
                 continue
             if keeping and pieces:
@@ -365,17 +376,20 @@ def write_regions(
                 _verify(s2, region)
                 res.verified = "sha256"
             if kept is not None:
-                _restore(s2, kept)
+                _restore(s2, kept, ledger)
         except KeyboardInterrupt:
             res.status, res.done = "interrupted", sink[0]
             res.seconds = dev.link.now() - start
             _settle(s2)
-            raise _interrupted(results, _at_risk(s2, region, ledger, kept)) from None
+            at_risk = _at_risk(s2, region, ledger, kept, keeping)
+            raise _interrupted(results, at_risk) from None
         except KflashError as e:
             if res.status != "written":
                 res.status, res.done = "failed", sink[0]
-            at_risk = _at_risk(s2, region, ledger, kept)
-            written = [r.label for r in results if r.status in ("written", "skipped")]
+            at_risk = _at_risk(s2, region, ledger, kept, keeping)
+            written = [
+                r.label for r in results if r.status in ("written", "skipped") and r is not res
+            ]
             e.hint = "\n".join(
                 x
                 for x in (

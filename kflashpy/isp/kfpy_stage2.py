@@ -85,9 +85,9 @@ class KfpyOp(IntEnum):
 
 SECTOR = k210.FLASH_SECTOR
 FRAME = 65536
-# a damaging line shrinks frames down to this: at one bad byte in 5000, a 4 KiB frame
-# fails more often than not, a 1 KiB one four times in five gets through
-MIN_FRAME = 1024
+# a damaging line shrinks frames down to this: at one bad byte in 1000 towards the board,
+# a 1 KiB frame gets through one time in three, a 256-byte one three times in four
+MIN_FRAME = 256
 BOOT_CHUNK = 16384  # the bootstrap's receive buffer
 READ_CHUNK = 4096
 MIN_READ_CHUNK = 256
@@ -195,11 +195,16 @@ class _BadReply(Exception):
 
 def _seen(failures: list[str], diagnosis: str) -> str:
     """The hint after repeated failures: what came back, not only what the line says."""
-    damaged = sum(f != "no reply" for f in failures)
-    if damaged:
+    replies = failures.count("damaged reply")
+    requests = len(failures) - replies - failures.count("no reply")
+    seen = [
+        f"{replies} replies came back damaged (CRC mismatch)" if replies else "",
+        f"the board received {requests} requests damaged" if requests else "",
+    ]
+    if replies or requests:
         return (
-            f"{damaged} of {len(failures)} tries came back damaged (CRC mismatch): a noisy "
-            "line or a baud rate the cable cannot carry; a lower baud rate (-b) may help"
+            f"of {len(failures)} tries, {' and '.join(x for x in seen if x)}: a noisy line or "
+            "a baud rate the cable cannot carry; a lower baud rate (-b) may help"
         )
     return diagnosis + "; a lower baud rate (-b) may help"
 
