@@ -48,6 +48,13 @@ def hw_board(request: pytest.FixtureRequest) -> str | None:
     return request.config.getoption("--board")
 
 
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytes a burn keeps for a rerun (isp/kept.py) go to a temporary directory, never to
+    the user's state directory."""
+    monkeypatch.setenv("KFLASHPY_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture
 def sim_flash(tmp_path: Path) -> str:
     """A 4 MiB flash image with a boot image at 0: the virtual board boots 'MaixPy'."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import serial
-from test_sim_serve import REPLY, greet
+from support.rom import REPLY, greet
 
 from kflashpy.sim.board import VirtualBoard
 from kflashpy.sim.config import BoardConfig

@@ -16,15 +16,13 @@ import serial
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from simbench import start_serve_cli  # noqa: E402
+from support.rom import REPLY, greet  # noqa: E402
 
 from kflashpy.isp.frames import RomOp, legacy_short_request
 from kflashpy.isp.slip import encode
 from kflashpy.sim.board import VirtualBoard
 from kflashpy.sim.config import BoardConfig
 from kflashpy.sim.serve import PtyServer, pty_baud
-
-GREETING = encode(legacy_short_request(RomOp.NOP))
-REPLY = bytes.fromhex("c0c2e0c0")
 
 
 class Running:
@@ -62,16 +60,6 @@ def running(tmp_path: Path) -> Iterator[Running]:
     board.close()
     assert statuses and statuses[-1]["pty"] == server.path
     assert not (tmp_path / "k210").exists() and not (tmp_path / "ctl").exists()
-
-
-def greet(port: serial.Serial, timeout: float = 3.0) -> bytes:
-    """Send the ROM greeting; return what came back up to the reply (boot text skipped)."""
-    port.write(GREETING)
-    got = b""
-    deadline = time.monotonic() + timeout
-    while not got.endswith(REPLY) and time.monotonic() < deadline:
-        got += port.read(1)
-    return got
 
 
 def open_port(running: Running, baud: int = 115200) -> serial.Serial:

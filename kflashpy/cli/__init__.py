@@ -12,6 +12,7 @@ import importlib
 import json
 import sys
 import traceback
+from typing import Any
 
 import click
 
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     session.json = "--json" in args  # known before parsing, for errors raised while parsing
     # --help prints text and stops: an envelope after it would break "one JSON document"
     help_requested = bool({"-h", "--help"} & set(args))
-    status, error = 0, None
+    status = 0
+    error: dict[str, Any] | None = None
     try:
         cli.main(args=args, prog_name="kflashpy", standalone_mode=False, obj=session)
     except click.exceptions.Exit as e:
