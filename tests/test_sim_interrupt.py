@@ -183,13 +183,13 @@ def test_sim_kflash_serves_its_own_board(tmp_path: Path) -> None:
 
 
 def test_kflash_then_kflashpy_on_one_server(tmp_path: Path) -> None:
-    """kflash.py (through `sim kflash --port`) on a running `sim serve`, killed mid-burn;
+    """kflash.py (through `sim kflash -p PTY`) on a running `sim serve`, killed mid-burn;
     then the next client is answered by the boot ROM."""
     pytest.importorskip("kflash")
     (tmp_path / "app.bin").write_bytes(os.urandom(60_000))
     server, link = _serve(tmp_path)
     try:
-        client = _kflashpy("sim", "kflash", "--port", str(link), "--", "-n", "-b", "115200",
+        client = _kflashpy("sim", "kflash", "-p", str(link), "--", "-n", "-b", "115200",
                            "-B", "dan", str(tmp_path / "app.bin"))  # fmt: skip
         _wait_line(client, "Programming BIN", 120)
         client.kill()

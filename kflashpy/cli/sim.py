@@ -240,27 +240,24 @@ def register(group: click.Group) -> None:
 
     @sim.command("kflash")
     @board_options
-    @click.option(
-        "--port",
-        metavar="PTY",
-        help="Use the board a running `kflashpy sim serve` offers on this pty "
-        "(default: serve one here for the run, built from the board options).",
-    )
     @click.argument("kflash_args", nargs=-1, type=click.UNPROCESSED)
     @click.pass_obj
     def kflash(
-        session: Session, url, flash_file, flash_size, chip, timing, faults, port, kflash_args
+        session: Session, url, flash_file, flash_size, chip, timing, faults, kflash_args
     ) -> None:
         """Run the installed kflash.py on a virtual board: kflashpy sim kflash -- ARGS.
 
-        ARGS are kflash.py's own (without -p). A pty takes no DTR/RTS, which kflash.py
-        insists on toggling: here those calls are ignored and the board is reset into
-        ISP when kflash.py opens the port. Exit status: kflash.py's.
+        ARGS are kflash.py's own (without -p). With -p PTY it uses the board a running
+        `kflashpy sim serve` offers on that pty; without, it serves one here for the run,
+        built from the board options. A pty takes no DTR/RTS, which kflash.py insists on
+        toggling: here those calls are ignored and the board is reset into ISP when
+        kflash.py opens the port. Exit status: kflash.py's.
         """
         from ..errors import DeviceError
         from ..sim.kflash_pty import run_kflash
 
         args = list(kflash_args)
+        port = session.port
         if port is not None:
             run = run_kflash(args, port=port)
         else:
