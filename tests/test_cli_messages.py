@@ -9,6 +9,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+from support.paths import KMODELS
+
 from kflashpy.cli import main
 from kflashpy.cli.session import Session, short_label
 
@@ -55,6 +58,16 @@ def test_tables_fit_80_columns(tmp_path, capsys):
     table = capsys.readouterr().out.split("\ninfo:")[0].splitlines()
     assert len(table) >= 4 and max(map(len, table)) <= 80
     assert "fw.bin" in table[1] and "boot image" in " ".join(table[1:4])  # wrapped, not cut
+
+
+@pytest.mark.parametrize("model", sorted(KMODELS.glob("*/*.kmodel")), ids=lambda p: p.name)
+def test_model_info_fits_80_columns_and_v_shows_every_column(model, capsys):
+    assert main(["model", "info", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 80
+    assert main(["-v", "model", "info", str(model)]) == 0
+    verbose = capsys.readouterr().out
+    assert "layers:" in verbose and " act " in verbose and " body " in verbose
 
 
 def test_times_from_the_virtual_board_are_labelled(tmp_path, capsys):

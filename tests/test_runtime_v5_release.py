@@ -104,7 +104,7 @@ def test_info_and_run_agree_on_a_cpu_only_model(capsys, tmp_path) -> None:
     info = model_info(path.read_bytes(), str(path))
     assert info["format"]["modules"] == ["stackvm"]
     assert info["format"]["nncase_release"] == "nncase 1.3-1.9 (the code reads the same under each)"
-    note = "no K210 module: the model runs entirely on the CPU (stackvm), not on the KPU"
+    note = "no K210 module: the model runs entirely on the CPU (stackvm), not the KPU"
     assert note in info["notes"]
     x = tmp_path / "x.npy"
     np.save(x, np.load(path.with_suffix(".npz"))["input0"])

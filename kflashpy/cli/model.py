@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import click
 from ..errors import InputError, UsageError
 from ..model.stackvm import RELEASES
 from ..units import fmt_size
-from .session import Session
+from .session import Session, short_label
 from .types import ADDRESS
 
 
@@ -20,6 +21,23 @@ def _read(path: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}", "check the path") from None
+
+
+#: the layer table's columns: (header, cell from a layer's info); the default view keeps
+#: to 80 columns, -v shows all
+_LAYER_COLUMNS: list[tuple[str, Callable[[dict], Any]]] = [
+    ("  #", lambda row: f"  {row['index']}"),
+    ("op", lambda row: row["op"]),
+    ("device", lambda row: row.get("device", "")),
+    ("in", lambda row: _shape(row.get("in_shape"))),
+    ("out", lambda row: _shape(row.get("out_shape"))),
+    ("kernel", lambda row: row.get("kernel", "")),
+    ("pool", lambda row: row.get("pool", "")),
+    ("act", lambda row: row.get("activation", "") or row.get("detail", "")),
+    ("body", lambda row: row.get("body_size", "")),
+    ("ram end", lambda row: row.get("kpu_ram_end", "")),  # KPU RAM used up to
+]
+_LAYER_COLUMNS_80 = [c for c in _LAYER_COLUMNS if c[0] not in ("device", "act", "body")]
 
 
 def _shape(shape: Any) -> str:
@@ -37,10 +55,12 @@ def model_group() -> None:
 def _render_info(s: Session, r: dict[str, Any]) -> None:
     fmt = r["format"]
     if fmt.get("opaque"):
-        s.out(f"{r['file']}: MaixHub .{fmt['kind']} (encrypted, opaque), {fmt_size(r['size'])}")
+        s.out(
+            f"{short_label(r['file'])}: MaixHub .{fmt['kind']} (encrypted, opaque), {fmt_size(r['size'])}"
+        )
     else:
         extra = " (load_flash word-swapped)" if fmt["swapped"] else ""
-        s.out(f"{r['file']}: kmodel V{fmt['version']}{extra}, {fmt_size(r['size'])}")
+        s.out(f"{short_label(r['file'])}: kmodel V{fmt['version']}{extra}, {fmt_size(r['size'])}")
         s.out(f"  producer: {fmt['producer']}")
         if "layers" not in r:  # recognised but not parsed (V1, later versions)
             _render_verdicts(s, r)
@@ -57,14 +77,12 @@ def _render_info(s: Session, r: dict[str, Any]) -> None:
                 [[f"  {t['name']}", _shape(t["shape"]), t["dtype"], t["memory"], t["start"],
                   t["size"]] for t in r[kind]],
             )  # fmt: skip
-        s.out("layers:")
+        s.out("layers:" if s.verbose else "layers: (-v adds device, activation, body size)")
+        columns = _LAYER_COLUMNS if s.verbose else _LAYER_COLUMNS_80
         s.table(
-            ["  #", "op", "device", "in", "out", "kernel", "pool", "act", "body", "kpu ram end"],
-            [[f"  {row['index']}", row["op"], row.get("device", ""),
-              _shape(row.get("in_shape")), _shape(row.get("out_shape")), row.get("kernel", ""),
-              row.get("pool", ""), row.get("activation", "") or row.get("detail", ""),
-              row.get("body_size", ""), row.get("kpu_ram_end", "")] for row in r["layers"]],
-        )  # fmt: skip
+            [name for name, _ in columns],
+            [[cell(row) for _, cell in columns] for row in r["layers"]],
+        )
         m = r["memory"]
         s.out("memory:")
         s.out(f"  main memory        {fmt_size(m['main_mem'])}")
@@ -74,8 +92,8 @@ def _render_info(s: Session, r: dict[str, Any]) -> None:
         s.out(f"  largest body       {fmt_size(m['largest_body'])}")
         s.out(f"  RAM kpu.load       ~{fmt_size(m['kpu_load'])}")
         if "load_flash_single" in m:
-            s.out(f"  RAM load_flash     ~{fmt_size(m['load_flash_single'])} single buffer, "
-                  f"~{fmt_size(m['load_flash_dual'])} dual buffer")  # fmt: skip
+            s.out(f"  RAM load_flash     ~{fmt_size(m['load_flash_single'])} single buffer,")
+            s.out(f"                     ~{fmt_size(m['load_flash_dual'])} dual buffer")
     _render_verdicts(s, r)
 
 

@@ -375,5 +375,5 @@ def placement_note(model: KModelV5) -> str | None:
     """What runs where, when it is not the usual KPU + CPU split (shared by ``model
     info`` and ``run`` so that both say the same)."""
     if not any(m.type == "k210" for m in model.modules):
-        return "no K210 module: the model runs entirely on the CPU (stackvm), not on the KPU"
+        return "no K210 module: the model runs entirely on the CPU (stackvm), not the KPU"
     return None
