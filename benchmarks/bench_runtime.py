@@ -174,6 +174,7 @@ def _time(fn, repeat: int) -> dict[str, float]:
 
 def bench_host(repeat: int) -> None:
     from kflashpy import runtime
+    from kflashpy.runtime import inputs
 
     rows = []
     for label, path in [
@@ -181,7 +182,7 @@ def bench_host(repeat: int) -> None:
         ("slim-320 V4 3x240x320", "v4/slim-320_nncase-v0.2.0-beta4.kmodel"),
     ]:
         model = runtime.load(FIX / path)
-        x = runtime.inputs.from_image(FIX / "inputs/dog_320x240.bmp", model.inputs[0].shape)
+        x = inputs.from_image(FIX / "inputs/dog_320x240.bmp", model.inputs[0].shape)
         t = _time(lambda m=model, x=x: m.run([x]), repeat)
         rows.append((label, t))
     print(f"host runtime, {repeat} runs each (ms per frame; cpu = this process's CPU time)")

@@ -17,7 +17,7 @@ import kflashpy
 
 FACES = [
     "kflashpy",
-    *(f"kflashpy.{n}" for n in ("target", "image", "model", "isp", "maixpy", "sim")),
+    *(f"kflashpy.{n}" for n in ("target", "image", "model", "runtime", "isp", "maixpy", "sim")),
 ]
 
 
