@@ -8,7 +8,7 @@ import click
 
 from ..errors import CompareMismatch, InputError, UsageError, VerifyError
 from ..units import fmt_addr, fmt_size
-from .session import Session
+from .session import Session, short_label
 from .types import ADDRESS, pairs
 
 
@@ -308,7 +308,13 @@ def verify_via_repl(
     s.table(
         ["file", "address", "size", "flash", "checked by"],
         [
-            [name, fmt_addr(r.address), fmt_size(r.size), "ok" if r.match else "MISMATCH", "repl"]
+            [
+                short_label(name),
+                fmt_addr(r.address),
+                fmt_size(r.size),
+                "ok" if r.match else "MISMATCH",
+                "repl",
+            ]
             for name, r in results
         ],
     )

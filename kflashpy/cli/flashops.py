@@ -7,7 +7,7 @@ import click
 from ..units import fmt_addr, fmt_size
 from .burn import _connection, connection_options, virtual
 from .parallel import run_parallel
-from .session import Session
+from .session import Session, short_label
 from .types import ADDRESS, SIZE_OR_ALL, pairs
 
 
@@ -100,7 +100,13 @@ def verify_cmd(s: Session, args, via_repl, stub, reset_seq, rom_baud):
         connection=_connection(s, reset_seq, rom_baud, baud=s.baud, stub=stub),
     )
     rows = [
-        [r.label, fmt_addr(r.address), fmt_size(r.size), "ok" if r.ok else "MISMATCH", r.method]
+        [
+            short_label(r.label),
+            fmt_addr(r.address),
+            fmt_size(r.size),
+            "ok" if r.ok else "MISMATCH",
+            r.method,
+        ]
         for r in res.regions
     ]
     s.table(["file", "address", "size", "flash", "checked by"], rows)
