@@ -741,12 +741,22 @@ static int blank_digest_ok;
 static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
 {
     struct sha256 s;
-    u8 buf[PAGE];
+    u8 buf[PAGE] __attribute__((aligned(8)));
     int blank = n == SECTOR && !also;
     sha256_init(&s);
     if (blank) { /* read the sector first; hash it only if it holds data */
         for (u32 pg = 0; pg < SECTOR && blank; pg += PAGE) {
-            flash_read(addr + pg, buf, PAGE);
+            /* On a blank chip quad reads cannot be checked before the first write, yet
+             * the chip's QE bit is known to be set (quad == 0): the blank test reads
+             * over four lines, 4x faster. A page that does not read erased this way is
+             * hashed below from standard reads, so a data sector's digest never rests
+             * on unchecked quad reads. */
+            if (quad == 0) {
+                spi_read_quad(addr + pg, buf, PAGE);
+                uart_poll();
+            } else {
+                flash_read(addr + pg, buf, PAGE);
+            }
             blank = is_blank(buf, PAGE);
         }
         if (blank && blank_digest_ok) {

@@ -324,3 +324,47 @@ def test_long_reads_stream_at_wire_speed():
         assert d.stage2.read(0x400000, len(data)) == data
         assert board.now - t < 1.1 * len(data) * 10 / 3000000
         assert d.link.stats.retries == 0
+
+
+def _blank_check(tmp_path, data_at: int, data: bytes):
+    """Hash list of 0x200000..+16 KiB on a board whose flash is erased but for ``data``
+    (page 0 blank: quad reads stay unchecked); (digests, wide bytes, narrow bytes)."""
+    image = bytearray(b"\xff" * (16 << 20))
+    image[data_at : data_at + len(data)] = data
+    flash = tmp_path / "flash.img"
+    flash.write_bytes(bytes(image))
+    with connect(f"{SIM}&flash={flash}", board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        stats = d.port.sim_board.flash.stats
+        wide, narrow = stats.bytes_read_wide, stats.bytes_read  # narrow: all reads, so far
+        got = d.stage2.hash_list(0x200000, 0x4000)
+        want = [
+            hashlib.sha256(bytes(image[a : a + 0x1000])).digest()
+            for a in range(0x200000, 0x204000, 0x1000)
+        ]
+        assert got == want  # every digest right, data sector included
+        wide = stats.bytes_read_wide - wide
+        return wide, stats.bytes_read - narrow - wide
+
+
+def test_blank_check_reads_on_four_lines_before_quad_is_checked(tmp_path):
+    """On a blank chip the blank test of a hash list reads over four lines (the QE bit
+    is set); a sector holding data is then hashed from standard reads."""
+    wide, narrow = _blank_check(tmp_path, 0x202000, random.Random(31).randbytes(0x1000))
+    assert wide >= 3 * 0x1000  # the three erased sectors
+    assert narrow >= 0x1000  # the data sector, again on one line
+
+
+def test_blank_check_on_broken_quad_reads_falls_back(tmp_path, monkeypatch):
+    """Quad reads that come back wrong make erased pages look written: those sectors are
+    read again on one line, and every digest is still right."""
+    from kflashpy.sim.flash import NorFlash
+
+    real = NorFlash.enhanced
+
+    def broken(self, inst, addr, addr_bits, wait, tx, rx_len, lines, now):
+        rx = real(self, inst, addr, addr_bits, wait, tx, rx_len, lines, now)
+        return bytes(b ^ 0x04 for b in rx) if lines == 4 else rx
+
+    monkeypatch.setattr(NorFlash, "enhanced", broken)
+    _wide, narrow = _blank_check(tmp_path, 0x202000, random.Random(32).randbytes(0x1000))
+    assert narrow >= 4 * 0x1000
