@@ -678,22 +678,25 @@ class AffineLookup:
     the coarse bin is clamp(floor(w)) and BN >= T iff w >= (T - base) / 2**cshift.
     All of it is float64 arithmetic on dyadic numbers whose numerators stay below
     2**53 (checked per layer by :func:`affine_lookup`), hence exact.
+
+    The thresholds rise, so the count past bin i's start c = coarse[i] is the number of
+    k < steps with w >= upper[c + k]: ``bounds[k][i]`` holds that value per bin, and
+    every gather is indexed by the bin (the int64 truncation of w, clamped by
+    ``mode="clip"``; truncation and floor differ only on (-1, 0), which clamps to 0).
     """
 
     alpha: np.ndarray  # float64 (OC, 1, 1)
     beta: np.ndarray  # float64 (OC, 1, 1)
     coarse: np.ndarray  # StepLookup.coarse
-    upper: np.ndarray  # float64: (T[g+1] - base) / 2**cshift, g = 0..255
-    steps: int
+    bounds: tuple[np.ndarray, ...]  # float64: (T[coarse + k + 1] - base) / 2**cshift
 
     def __call__(self, acc: np.ndarray) -> np.ndarray:
         w = acc * self.alpha
         w += self.beta
-        idx = np.maximum(w, 0)
-        np.minimum(idx, len(self.coarse) - 1, out=idx)
-        g = self.coarse.take(idx.astype(np.intp), mode="clip")
-        for _ in range(self.steps):
-            g += self.upper.take(g.astype(np.intp), mode="clip") <= w
+        idx = w.astype(np.intp)
+        g = self.coarse.take(idx, mode="clip")
+        for bound in self.bounds:
+            g += bound.take(idx, mode="clip") <= w
         return g
 
 
@@ -729,10 +732,13 @@ def affine_lookup(layer: ConvLayer, rules: TieRules) -> AffineLookup | None:
         upper = (look.table[1:].astype(np.float64) - look.base) * 2.0**-look.shift
         if exact and np.all(np.abs(look.table[1:-1] - look.base) < limit):
             col = (-1, 1, 1)
+            last = len(upper) - 1
+            bounds = tuple(
+                upper[np.minimum(look.coarse.astype(np.intp) + k, last)] for k in range(look.steps)
+            )
             result = AffineLookup(
-                np.array(alpha).reshape(col), np.array(beta).reshape(col), look.coarse, upper,
-                look.steps,
-            )  # fmt: skip
+                np.array(alpha).reshape(col), np.array(beta).reshape(col), look.coarse, bounds
+            )
     layer._fused[key] = result
     return result
 
