@@ -499,3 +499,21 @@ def test_fast_path_ignores_activation_segments_no_bn_value_reaches(rules) -> Non
         iter(load(build_v3([(f, regs, weights, bn, near)], int(expect.size)))._convs.values())
     )
     assert kpu.step_lookup(conv_near, rules) is None
+
+
+@pytest.mark.parametrize("pool_type", [1, 3, 9])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_max_pool_matches_window_by_window_maximum(pool_type: int, dtype) -> None:
+    """Max pooling (computed separably, rows then columns) against each window's max,
+    on odd sizes where windows run past the edge (those taps never win)."""
+    win, stride = kpu.POOL_GEOMETRY[pool_type]
+    rng = np.random.default_rng(pool_type)
+    fmap = rng.integers(0, 256, (3, 7, 9)).astype(dtype)
+    oh, ow = -(-7 // stride), -(-9 // stride)
+    got = kpu.pool(fmap, pool_type, (oh, ow))
+    want = np.empty((3, oh, ow), dtype)
+    for y in range(oh):
+        for x in range(ow):
+            window = fmap[:, y * stride : y * stride + win, x * stride : x * stride + win]
+            want[:, y, x] = window.max(axis=(1, 2))
+    np.testing.assert_array_equal(got, want)

@@ -544,10 +544,15 @@ def pool(fmap: np.ndarray, pool_type: int, out_hw: tuple[int, int]) -> np.ndarra
         if pad_h or pad_w:  # taps past the edge never win: pad with the type's minimum
             low = -np.inf if fmap.dtype.kind == "f" else np.iinfo(fmap.dtype).min
             src = np.pad(fmap, ((0, 0), (0, pad_h), (0, pad_w)), constant_values=low)
-        taps = _window_taps(src, win, stride, oh, ow)
-        out = next(taps).copy()
-        for tap in taps:
-            np.maximum(out, tap, out=out)
+        # separable (every max type has win >= 2): the max over each window's rows,
+        # read as whole contiguous rows, then over its columns
+        rows, cols = (oh - 1) * stride + 1, (ow - 1) * stride + 1
+        band = np.maximum(src[:, 0:rows:stride], src[:, 1 : 1 + rows : stride])
+        for dy in range(2, win):
+            np.maximum(band, src[:, dy : dy + rows : stride], out=band)
+        out = np.maximum(band[:, :, 0:cols:stride], band[:, :, 1 : 1 + cols : stride])
+        for dx in range(2, win):
+            np.maximum(out, band[:, :, dx : dx + cols : stride], out=out)
         return out
     src = np.pad(fmap, ((0, 0), (0, pad_h), (0, pad_w)), mode="edge")
     acc = np.zeros((c, oh, ow), dtype=np.uint32)
