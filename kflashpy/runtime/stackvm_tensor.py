@@ -128,8 +128,9 @@ def _conv2d(vm: StackVM, f: dict):
     oh = (h + ph[0] + ph[1] - ((kh - 1) * dh + 1)) // sh + 1
     ow = (wd + pw[0] + pw[1] - ((kw - 1) * dw + 1)) // sw + 1
     limit((n, w.shape[0], oh, ow), "output")
+    fused = nncase_math.halide_conv(vm.release, w.shape, f["groups"], c, (sh, sw), (dh, dw))
     y = nncase_math.conv2d(
-        x, w, b, f["groups"], (sh, sw), (ph[0], ph[1], pw[0], pw[1]), (dh, dw), (oh, ow)
+        x, w, b, f["groups"], (sh, sw), (ph[0], ph[1], pw[0], pw[1]), (dh, dw), (oh, ow), fused
     )
     y = nncase_math.clamp(y, f["fused_clamp_low"], f["fused_clamp_high"])
     return "conv2d", vm.out(output, y, dt, f["rstride_dest"])

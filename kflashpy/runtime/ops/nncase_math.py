@@ -173,11 +173,65 @@ def c_max_first(dest: np.ndarray, v: np.ndarray) -> np.ndarray:
     return c_max(v, dest)
 
 
-def conv2d(x, w, bias, groups: int, stride, pads, dilation, out_hw) -> np.ndarray:
-    """nncase reference conv2d on NCHW float32: each output starts at its bias and adds
-    ``input * weight`` tap by tap (input channel, then kernel row, then column), each
-    product and sum rounded to float32; taps in the padding are skipped (not added as
-    zeros, which could turn a -0.0 sum into +0.0)."""
+def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 fused multiply-add ``a * b + c`` with one rounding (C ``fmaf``), vectorised.
+
+    a*b of two float32 values is exact in float64; the float64 sum s = a*b + c is
+    rounded once more, so s is corrected with its exact error e (TwoSum): rounding s
+    to float32 is already right unless s lies exactly halfway between two float32
+    values (then rounding to nearest-even may go the wrong way, and the sign of e says
+    which float32 the exact sum is nearer). Halfway points are float64 values, so no
+    other s can be on the wrong side of one.
+    """
+    with np.errstate(all="ignore"):
+        p = a.astype(np.float64) * b.astype(np.float64)
+        c64 = np.asarray(c, np.float64)
+        s = p + c64
+        bb = s - p
+        e = (p - (s - bb)) + (c64 - bb)  # s + e == p + c exactly (TwoSum)
+        r = s.astype(F32)
+        r64 = r.astype(np.float64)
+        other = np.nextafter(r, np.where(s > r64, F32(np.inf), F32(-np.inf))).astype(F32)
+        half = (r64 != s) & (r64 + other.astype(np.float64) == 2 * s) & (e != 0)
+        toward = (e > 0) == (other > r)  # the exact sum lies past s, nearer ``other``
+        fixed = np.where(half & toward & np.isfinite(e), other, r)
+    return fixed.astype(F32)
+
+
+#: nncase releases whose wheels run float conv2d through Halide-generated kernels
+#: (libnncase built with NNCASE_HALIDE: every tag from v1.0.0-beta1, July 2021, to
+#: v1.1.0 dispatches conv2d 1x1/3x3/5x5/7x7 with stride 1 or 2 to them first, see
+#: docs/runtime.md); later wheels run the reference kernel
+HALIDE_CONV_RELEASES = ("1.0-beta1", "1.0-beta2", "1.0-rc1", "1.0-42e77dc", "1.0", "1.1")
+
+
+def halide_conv(release: str, w_shape, groups: int, in_channels: int, stride, dilation) -> bool:
+    """Whether nncase ``release`` runs this conv2d with its Halide kernel (the shapes
+    its optimized dispatch sends there: square 1/3/5/7 filters, equal strides 1 or 2,
+    no dilation, plain or depthwise)."""
+    oc, _, kh, kw = w_shape
+    return (
+        release in HALIDE_CONV_RELEASES
+        and kh == kw
+        and kh in (1, 3, 5, 7)
+        and stride[0] == stride[1]
+        and stride[0] in (1, 2)
+        and tuple(dilation) == (1, 1)
+        and (groups == 1 or groups == in_channels == oc)
+    )
+
+
+def conv2d(x, w, bias, groups: int, stride, pads, dilation, out_hw, fused: bool = False):
+    """nncase conv2d on NCHW float32, tap by tap (input channel, then kernel row, then
+    column).
+
+    Reference kernel (``fused`` False): each output starts at its bias and adds
+    ``input * weight``, product and sum each rounded to float32. Halide kernel of
+    nncase 1.0-1.1 (``fused``): the sum starts at zero, each tap is one fused
+    multiply-add (:func:`fma32`) and the bias is added last, as measured against those
+    wheels' simulators (docs/runtime.md). Taps in the padding are skipped (not added
+    as zeros, which could turn a -0.0 sum into +0.0; the fused sum, starting at +0.0,
+    never holds -0.0)."""
     n, c, h, wd = x.shape
     oc, icg, kh, kw = w.shape
     (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
@@ -200,19 +254,22 @@ def conv2d(x, w, bias, groups: int, stride, pads, dilation, out_hw) -> np.ndarra
             taps.append((top + ky * dh - pt, left + kx * dw - pl, ky, kx, valid))
     out = np.empty((n, oc, oh, ow), F32)
     for g in range(groups):
-        acc = np.empty((n, ocg, oh, ow), F32)
-        acc[...] = bias[g * ocg : (g + 1) * ocg].astype(F32)[None, :, None, None]
+        b = bias[g * ocg : (g + 1) * ocg].astype(F32)[None, :, None, None]
+        acc = np.zeros((n, ocg, oh, ow), F32)
+        acc[...] = F32(0) if fused else b
         wg = w[g * ocg : (g + 1) * ocg, :, :, :, None, None]
         for ic in range(icg):
             plane = xp[:, g * icg + ic]
             for y0, x0, ky, kx, valid in taps:
                 tap = plane[:, y0 : y0 + (oh - 1) * sh + 1 : sh, x0 : x0 + (ow - 1) * sw + 1 : sw]
-                prod = tap[:, None] * wg[None, :, ic, ky, kx]
-                if valid is None:
-                    acc += prod
+                if fused:
+                    step = fma32(tap[:, None], wg[None, :, ic, ky, kx], acc)
+                    acc = step if valid is None else np.where(valid, step, acc)
+                elif valid is None:
+                    acc += tap[:, None] * wg[None, :, ic, ky, kx]
                 else:
-                    np.add(acc, prod, out=acc, where=valid)
-        out[:, g * ocg : (g + 1) * ocg] = acc
+                    np.add(acc, tap[:, None] * wg[None, :, ic, ky, kx], out=acc, where=valid)
+        out[:, g * ocg : (g + 1) * ocg] = acc + b if fused else acc
     return out
 
 
