@@ -25,16 +25,16 @@ RESULTS: dict[str, dict[str, str]] = defaultdict(dict)
 #: vectors the runtime runs but not bit for bit, with their largest error in ulp (kept
 #: exact: a change in either direction fails, so this list cannot go stale). nncase
 #: 1.0-1.1 run float conv2d (and MatMul/Gemm, compiled as 1x1 conv2d) through Halide
-#: kernels, reproduced for files that read as 1.0 (nncase_math.conv2d, ``fused``);
-#: the 1.1 wheel's files decode the same under 1.1-1.5, so the runtime assumes 1.5
-#: and its reference kernel; Halide's depthwise kernel is a sequential fused sum
-#: too, yet differs on some outputs. docs/runtime.md lists them.
+#: kernels, reproduced for files that read as 1.0-1.1 (nncase_math.conv2d, ``fused``).
+#: The 1.1 wheel's files are byte for byte the 1.3 wheel's and decode the same under
+#: later releases, so the runtime assumes the newest, and its reference kernel;
+#: docs/runtime.md lists them.
 KNOWN_INEXACT = {
-    "1.0/DepthwiseConv-float": 8,
-    **{f"1.1/{case}": ulp for case, ulp in {
+    f"1.1/{case}": ulp
+    for case, ulp in {
         "Conv-float": 246, "DepthwiseConv-float": 127, "Gemm-float": 5, "Gemm-uint8": 5,
         "MatMul-float": 8, "MatMul-uint8": 8,
-    }.items()},
+    }.items()
 }  # fmt: skip
 
 
@@ -115,7 +115,9 @@ def _print_table():
         print("\nV5 corpus (release, case, verdict):\n" + pytest_terminal_summary_table())
 
 
-@pytest.mark.parametrize("case", ["Conv-float", "Gemm-float", "Gemm-uint8", "MatMul-float"])
+@pytest.mark.parametrize(
+    "case", ["Conv-float", "DepthwiseConv-float", "Gemm-float", "Gemm-uint8", "MatMul-float"]
+)
 def test_nncase_1_1_float_convs_bit_exact_once_the_release_is_named(case: str) -> None:
     """The 1.1 wheel's conv2d vectors also read as later releases (1.2, or 1.1-1.5; the
     runtime assumes the newest, and the reference kernel): named as 1.1 they take the

@@ -229,9 +229,10 @@ def conv2d(x, w, bias, groups: int, stride, pads, dilation, out_hw, fused: bool 
     ``input * weight``, product and sum each rounded to float32. Halide kernel of
     nncase 1.0-1.1 (``fused``): the sum starts at zero, each tap is one fused
     multiply-add (:func:`fma32`) and the bias is added last, as measured against those
-    wheels' simulators (docs/runtime.md). Taps in the padding are skipped (not added
-    as zeros, which could turn a -0.0 sum into +0.0; the fused sum, starting at +0.0,
-    never holds -0.0)."""
+    wheels' simulators (docs/runtime.md); depthwise convs have their own orders
+    (:func:`_halide_depthwise`). Taps in the padding are skipped (not added as zeros,
+    which could turn a -0.0 sum into +0.0; the fused sum, starting at +0.0, never
+    holds -0.0)."""
     n, c, h, wd = x.shape
     oc, icg, kh, kw = w.shape
     (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
@@ -252,6 +253,13 @@ def conv2d(x, w, bias, groups: int, stride, pads, dilation, out_hw, fused: bool 
             vx = ((xs + kx * dw) >= 0) & ((xs + kx * dw) < wd)
             valid = None if vy.all() and vx.all() else (vy[:, None] & vx[None, :])[None, None]
             taps.append((top + ky * dh - pt, left + kx * dw - pl, ky, kx, valid))
+    if fused and groups == c == oc:  # depthwise: every channel at once
+        views = [
+            (xp[:, :, y0 : y0 + (oh - 1) * sh + 1 : sh, x0 : x0 + (ow - 1) * sw + 1 : sw],
+             w[None, :, 0, ky, kx, None, None])
+            for y0, x0, ky, kx, _valid in taps
+        ]  # fmt: skip
+        return _halide_depthwise(views, bias.astype(F32)[None, :, None, None])
     out = np.empty((n, oc, oh, ow), F32)
     for g in range(groups):
         b = bias[g * ocg : (g + 1) * ocg].astype(F32)[None, :, None, None]
@@ -271,6 +279,31 @@ def conv2d(x, w, bias, groups: int, stride, pads, dilation, out_hw, fused: bool 
                     np.add(acc, tap[:, None] * wg[None, :, ic, ky, kx], out=acc, where=valid)
         out[:, g * ocg : (g + 1) * ocg] = acc + b if fused else acc
     return out
+
+
+def _halide_depthwise(views: list, bias: np.ndarray) -> np.ndarray:
+    """nncase 1.0-1.1's Halide depthwise kernels on (input view, weight) taps in
+    row-major order, padding taps included as zeros, as measured against those wheels
+    (docs/runtime.md): 1x1 is one fused ``x*w + bias``; 5x5 sums the first 16 rounded
+    products as a vector reduction (halves added lane-wise: 8, 4, 2, 1) and fuses the
+    other 9 in order; 3x3 and 7x7 fuse the first product onto the rounded second, then
+    every later one. The bias comes last (except 1x1)."""
+    shape = np.broadcast_shapes(views[0][0].shape, views[0][1].shape)
+    if len(views) == 1:
+        x, w = views[0]
+        return fma32(x, w, np.broadcast_to(bias, shape))
+    if len(views) == 25:
+        lanes = [(x * w).astype(F32) for x, w in views[:16]]
+        while len(lanes) > 1:
+            half = len(lanes) // 2
+            lanes = [lanes[i] + lanes[i + half] for i in range(half)]
+        acc, rest = lanes[0], views[16:]
+    else:
+        (x0, w0), (x1, w1) = views[:2]
+        acc, rest = fma32(x0, w0, (x1 * w1).astype(F32)), views[2:]
+    for x, w in rest:
+        acc = fma32(x, w, acc)
+    return (acc + bias).astype(F32)
 
 
 def int_div(a: np.ndarray, b) -> np.ndarray:
