@@ -46,6 +46,23 @@ def test_a_file_several_releases_read_the_same_way_is_not_ambiguous() -> None:
     assert guess.describe() == "nncase 1.4-1.9 (the code reads the same under each)"
 
 
+def test_a_float_conv_readable_by_halide_and_reference_releases_is_ambiguous() -> None:
+    """The 1.1 and 1.3 wheels write this float Conv byte for byte alike, and their
+    simulators disagree (Halide kernel vs reference): the guess says so; a file only
+    Halide releases read, or one without a conv2d, is not ambiguous."""
+    one_one = CORPUS / "1.1" / "Conv-float.kmodel"
+    assert one_one.read_bytes() == (CORPUS / "1.3" / "Conv-float.kmodel").read_bytes()
+    guess = _guess(one_one)
+    assert guess.ambiguous and guess.conv_differs and guess.release == "1.5"
+    assert guess.describe() == (
+        "ambiguous: nncase 1.1-1.5 read this code the same way, but compute its float "
+        "conv2d in different orders (Halide kernels up to 1.1); assumed 1.5 (name the "
+        "release to override)"
+    )
+    assert not _guess(CORPUS / "1.0" / "Conv-float.kmodel").ambiguous
+    assert not _guess(CORPUS / "1.1" / "Add-float.kmodel").conv_differs
+
+
 def test_an_ambiguous_file_says_what_was_assumed() -> None:
     """Tensor function 12 after three addresses: gather_nd from commit 42e77dc to 1.2,
     gather from 1.3, both with seven one-byte fields; nothing in the bytes tells them

@@ -25,6 +25,13 @@ RELEASES = ("1.0-beta1", "1.0-beta2", "1.0-rc1", "1.0-42e77dc", "1.0", "1.1", "1
             "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")  # fmt: skip
 #: nncase 1.x releases published as Python wheels (1.2 has no wheel)
 WHEEL_RELEASES = ("1.0-beta1", "1.1", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")
+#: releases whose runtime sends float conv2d to Halide-generated kernels first: the
+#: kernels came in July 2021 (every 1.0 pre-release has them) and v1.1.0's
+#: src/kernels/convolution.cpp still dispatches to them; from v1.2.0 that dispatch
+#: also requires the output shape to be contiguous under the *weights'* strides, so
+#: the reference kernel runs (the 1.3-1.9 wheels measure so). The two kernels add in
+#: different orders, so the same file gives different float results under each.
+HALIDE_CONV_RELEASES = ("1.0-beta1", "1.0-beta2", "1.0-rc1", "1.0-42e77dc", "1.0", "1.1")
 
 # --- base opcodes (identical in every 1.x release) -----------------------------------
 #: opcode -> (name, operands after the opcode byte as "field:struct-format ...")
@@ -470,9 +477,11 @@ class ReleaseGuess:
     ``candidates``: every release whose numbering decodes all the code into
     instructions whose stack operands and registers fit together; ``release``:
     the one the runtime uses (named by the caller, else the newest candidate);
-    ``ambiguous``: candidates decode the code into different instructions, so the
-    choice matters; ``reasons``: per rejected release, the first thing it cannot read
-    (a :class:`Reason`).
+    ``ambiguous``: candidates decode the code into different instructions, or the
+    code has a float conv2d and the candidates run it with different kernels (see
+    :data:`HALIDE_CONV_RELEASES`; ``conv_differs``), so the choice matters;
+    ``reasons``: per rejected release, the first thing it cannot read (a
+    :class:`Reason`).
     """
 
     candidates: tuple[str, ...]
@@ -480,6 +489,7 @@ class ReleaseGuess:
     named: bool
     ambiguous: bool
     reasons: dict
+    conv_differs: bool = False
 
     def describe(self) -> str:
         """One line for ``model info`` / ``run``."""
@@ -499,6 +509,12 @@ class ReleaseGuess:
             return f"nncase {span} (the only release whose numbering reads this code)"
         if not self.ambiguous:
             return f"nncase {span} (the code reads the same under each)"
+        if self.conv_differs:
+            return (
+                f"ambiguous: nncase {span} read this code the same way, but compute its "
+                f"float conv2d in different orders (Halide kernels up to 1.1); assumed "
+                f"{self.release} (name the release to override)"
+            )
         return (
             f"ambiguous: nncase {span} can all read this code, differently; assumed "
             f"{self.release} (name the release to override)"
@@ -553,6 +569,11 @@ def guess_release(codes: list[bytes], named: str | None = None) -> ReleaseGuess:
                 tuple((i.name, tuple(sorted(i.fields.items()))) for i in p) for p in programs
             )
     candidates = tuple(decodings)
-    ambiguous = len(set(decodings.values())) > 1
+    conv = any(
+        name == "tensor.conv2d" for code in decodings.values() for p in code for name, _ in p
+    )
+    halide = {rel in HALIDE_CONV_RELEASES for rel in candidates}
+    conv_differs = conv and len(halide) > 1
+    ambiguous = len(set(decodings.values())) > 1 or conv_differs
     release = named or (candidates[-1] if candidates else None)
-    return ReleaseGuess(candidates, release, named is not None, ambiguous, reasons)
+    return ReleaseGuess(candidates, release, named is not None, ambiguous, reasons, conv_differs)

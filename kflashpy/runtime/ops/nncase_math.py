@@ -17,6 +17,8 @@ import functools
 
 import numpy as np
 
+from kflashpy.model.stackvm import HALIDE_CONV_RELEASES
+
 F32 = np.float32
 
 
@@ -196,13 +198,6 @@ def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         toward = (e > 0) == (other > r)  # the exact sum lies past s, nearer ``other``
         fixed = np.where(half & toward & np.isfinite(e), other, r)
     return fixed.astype(F32)
-
-
-#: nncase releases whose wheels run float conv2d through Halide-generated kernels
-#: (libnncase built with NNCASE_HALIDE: every tag from v1.0.0-beta1, July 2021, to
-#: v1.1.0 dispatches conv2d 1x1/3x3/5x5/7x7 with stride 1 or 2 to them first, see
-#: docs/runtime.md); later wheels run the reference kernel
-HALIDE_CONV_RELEASES = ("1.0-beta1", "1.0-beta2", "1.0-rc1", "1.0-42e77dc", "1.0", "1.1")
 
 
 def halide_conv(release: str, w_shape, groups: int, in_channels: int, stride, dilation) -> bool:
