@@ -5,7 +5,7 @@ Usage::
     python benchmarks/bench_runtime.py [--repeat 20] [--no-nncase] [--threads N]
 
 Part 1 times ``Model.run`` on the 20-class YOLO V3 fixture (3x240x320, target: under
-50 ms per frame on a 2-core machine) and the slim-320 V4 fixture: median and best
+20 ms of CPU per frame on a 2-core machine) and the slim-320 V4 fixture: median and best
 wall-clock milliseconds, and median CPU milliseconds of this process (robust against
 other load on a shared machine).
 
@@ -189,7 +189,7 @@ def bench_host(repeat: int) -> None:
     print(f"{'model':32} {'median':>8} {'best':>8} {'cpu':>8}")
     for label, t in rows:
         print(f"{label:32} {t['median']:8.1f} {t['best']:8.1f} {t['cpu']:8.1f}")
-    print("target: YOLO under 50 ms per frame on a 2-core machine")
+    print("target: YOLO V3 under 20 ms of CPU per frame on this 2-core machine")
 
 
 def find_python310() -> str | None:
