@@ -1,5 +1,6 @@
-"""nncase_math.fma32 against the C library's fmaf, on the cases that trip a naive
-float64 evaluation (a float64 sum exactly halfway between two float32 values)."""
+"""nncase_math: fma32 against the C library's fmaf, on the cases that trip a naive
+float64 evaluation (a float64 sum exactly halfway between two float32 values), and
+which convs nncase 1.0-1.1 run with their Halide kernels."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import ctypes.util
 
 import numpy as np
 
-from kflashpy.runtime.ops.nncase_math import fma32
+from kflashpy.runtime.ops.nncase_math import fma32, halide_conv
 
 F32 = np.float32
 
@@ -42,3 +43,22 @@ def test_fma32_rounds_once_like_fmaf() -> None:
         got, want = fma32(a, b, c), _fmaf(a, b, c)
         same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
         assert same.all()
+
+
+def test_halide_conv_dispatch_follows_nncase_1_1() -> None:
+    """The convs nncase 1.0-1.1 send to Halide: square 1/3/5/7 filters, equal strides 1
+    or 2, no dilation, plain or depthwise, contiguous input; later releases never."""
+    plain = ((4, 3, 3, 3), 1, 3, True, (1, 1), (1, 1))
+    assert halide_conv("1.1", *plain) and halide_conv("1.0-beta1", *plain)
+    assert not halide_conv("1.2", *plain) and not halide_conv("1.9", *plain)
+    assert halide_conv("1.0", (3, 1, 5, 5), 3, 3, True, (2, 2), (1, 1))  # depthwise
+    for w, groups, contiguous, stride, dilation in [
+        ((6, 1, 3, 3), 3, True, (1, 1), (1, 1)),  # channel multiplier 2: not depthwise
+        ((4, 3, 2, 2), 1, True, (1, 1), (1, 1)),  # 2x2
+        ((4, 3, 1, 3), 1, True, (1, 1), (1, 1)),  # not square
+        ((4, 3, 3, 3), 1, False, (1, 1), (1, 1)),  # strided input
+        ((4, 3, 3, 3), 1, True, (3, 3), (1, 1)),
+        ((4, 3, 3, 3), 1, True, (1, 2), (1, 1)),
+        ((4, 3, 3, 3), 1, True, (1, 1), (2, 2)),
+    ]:
+        assert not halide_conv("1.1", w, groups, 3, contiguous, stride, dilation)

@@ -128,7 +128,13 @@ def _conv2d(vm: StackVM, f: dict):
     oh = (h + ph[0] + ph[1] - ((kh - 1) * dh + 1)) // sh + 1
     ow = (wd + pw[0] + pw[1] - ((kw - 1) * dw + 1)) // sw + 1
     limit((n, w.shape[0], oh, ow), "output")
-    fused = nncase_math.halide_conv(vm.release, w.shape, f["groups"], c, (sh, sw), (dh, dw))
+    # nncase's default strides (as its compiler writes them): dense, 0 along size-1 axes
+    dense = _dense_strides(x.shape)
+    default = tuple(0 if d == 1 else s for d, s in zip(x.shape, dense, strict=True))
+    contiguous = tuple(vm.shape(f["rstride_src"])) == default
+    fused = nncase_math.halide_conv(
+        vm.release, w.shape, f["groups"], c, contiguous, (sh, sw), (dh, dw)
+    )
     y = nncase_math.conv2d(
         x, w, b, f["groups"], (sh, sw), (ph[0], ph[1], pw[0], pw[1]), (dh, dw), (oh, ow), fused
     )

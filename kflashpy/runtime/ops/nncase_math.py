@@ -200,13 +200,16 @@ def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return fixed.astype(F32)
 
 
-def halide_conv(release: str, w_shape, groups: int, in_channels: int, stride, dilation) -> bool:
+def halide_conv(release: str, w_shape, groups: int, in_channels: int, contiguous: bool,
+                stride, dilation) -> bool:  # fmt: skip
     """Whether nncase ``release`` runs this conv2d with its Halide kernel (the shapes
     its optimized dispatch sends there: square 1/3/5/7 filters, equal strides 1 or 2,
-    no dilation, plain or depthwise)."""
+    no dilation, plain or depthwise, over a ``contiguous`` input, one whose strides
+    are nncase's default ones for its shape)."""
     oc, _, kh, kw = w_shape
     return (
         release in HALIDE_CONV_RELEASES
+        and contiguous
         and kh == kw
         and kh in (1, 3, 5, 7)
         and stride[0] == stride[1]
