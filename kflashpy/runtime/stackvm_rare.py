@@ -1,0 +1,155 @@
+"""Stackvm tensor functions that nncase 1.x's importers seldom or never emit.
+
+nncase's runtime executes them (``src/runtime/stackvm/ops/``), so a file that holds
+one must run here too, but its compilers fold or lower them before code generation:
+batch_to_space, space_to_batch, gather_nd, compress, random_normal, random_uniform,
+roi_align, gru, tflite_detection_postprocess. The handlers follow
+:mod:`.stackvm_tensor`'s conventions (operands popped in nncase's order, fields by
+their ``op_reader.h`` names); their tests run hand-assembled files through nncase's
+simulator (tests/fixtures/v5corpus/make_asm_corpus.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import limit
+from .ops import nncase_random
+from .stackvm import StackVM, strided
+from .stackvm_tensor import _dense, _write_dense
+
+I32 = np.dtype("<i4")
+F32D = np.dtype("<f4")
+
+
+def _space_args(vm: StackVM, f: dict, what: str):
+    """The input, block shape and per-spatial-axis paddings/crops both ops share."""
+    output, inp = vm.pop_addr(), vm.pop_addr()
+    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
+    block = tuple(int(b) for b in vm.shape(f["rshape_block"]))
+    pads = vm.padding(f["rpad_crops"])
+    if len(pads) < len(block) or not 0 < len(block) < x.ndim or 0 in block:
+        raise ValueError(f"{what}: block {block} and {len(pads)} crops for a {x.ndim}-d input")
+    if any(p[2] for p in pads[: len(block)]):
+        raise vm.fail(f"tensor.{what} with interior padding")
+    return output, x, block, [(b, a) for b, a, _ in pads[: len(block)]]
+
+
+def _batch_to_space(vm: StackVM, f: dict):
+    """nncase batch_to_space: batch b = (i_0, .., i_{M-1}, n) over (block..., N/prod);
+    spatial index h*block_i + i_i, then the crops cut (the last M axes are spatial)."""
+    output, x, block, crops = _space_args(vm, f, "batch_to_space")
+    m, n_block = len(block), int(np.prod(block))
+    if x.shape[0] % n_block:
+        raise ValueError(f"batch_to_space: batch {x.shape[0]} is not a multiple of {n_block}")
+    s = x.ndim - m
+    y = x.reshape(*block, x.shape[0] // n_block, *x.shape[1:])
+    perm = [m, *range(m + 1, m + s)]
+    for i in range(m):
+        perm += [m + s + i, i]
+    y = y.transpose(perm).reshape(
+        x.shape[0] // n_block, *x.shape[1:s], *(x.shape[s + i] * block[i] for i in range(m))
+    )
+    cut = tuple(slice(b, y.shape[s + i] - a) for i, (b, a) in enumerate(crops))
+    y = y[(slice(None),) * s + cut]
+    return "batch_to_space", vm.out(output, y, f["datatype"], f["rstride_dest"])
+
+
+def _space_to_batch(vm: StackVM, f: dict):
+    """nncase space_to_batch: zero-pad the last M axes, split each into (H/b, b), move
+    the block axes to the front; nncase writes the result densely (it ignores the
+    output strides)."""
+    output, x, block, pads = _space_args(vm, f, "space_to_batch")
+    m, s = len(block), x.ndim - len(block)
+    padded = np.pad(x, [(0, 0)] * s + pads)
+    limit(padded.shape, "padded input")
+    if any(padded.shape[s + i] % block[i] for i in range(m)):
+        raise ValueError(
+            f"space_to_batch: padded shape {padded.shape} is not a multiple of {block}"
+        )
+    split = [d for i in range(m) for d in (padded.shape[s + i] // block[i], block[i])]
+    y = padded.reshape(*padded.shape[:s], *split)
+    perm = [s + 2 * i + 1 for i in range(m)] + list(range(s)) + [s + 2 * i for i in range(m)]
+    y = np.ascontiguousarray(y.transpose(perm))
+    y = y.reshape(int(np.prod(block)) * x.shape[0], *y.shape[m + 1 :])
+    return "space_to_batch", _write_dense(output, y)
+
+
+def _gather_nd(vm: StackVM, f: dict):
+    """nncase gather_nd (ONNX GatherND with batch_dims): int32 indices, read densely;
+    each index row picks a block of the input. nncase does not wrap negative indices
+    (it reads outside the tensor), so they are refused as damage."""
+    indices, output, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
+    idx = _dense(vm, indices, I32, f["rshape_indices"]).astype(np.int64)
+    b = f["batch_dims"]
+    k = idx.shape[-1] if idx.ndim else 0
+    if idx.ndim < 1 or b >= idx.ndim or b + k > x.ndim or x.shape[:b] != idx.shape[:b]:
+        raise ValueError(f"gather_nd of {x.shape} by indices {idx.shape}, batch_dims {b}")
+    bounds = np.array(x.shape[b : b + k], np.int64)
+    if idx.size and ((idx < 0).any() or (idx >= bounds).any()):
+        raise ValueError(f"gather_nd: an index is outside the input's {tuple(bounds)}")
+    batch = int(np.prod(x.shape[:b], dtype=np.int64))
+    xb = x.reshape(batch, *x.shape[b:])
+    rows = idx.reshape(batch, -1, k)
+    picked = xb[(np.arange(batch)[:, None], *(rows[..., j] for j in range(k)))]
+    shape = vm.shape(f["rshape_dest"])
+    limit(shape, "output")
+    if int(np.prod(shape, dtype=np.int64)) != picked.size:
+        raise ValueError(f"gather_nd: output shape {shape} holds {picked.size} values")
+    y = picked.reshape(shape)
+    return "gather_nd", vm.out(output, y, f["datatype"], f["rstride_dest"])
+
+
+def _compress(vm: StackVM, f: dict):
+    """nncase compress (float32): keep the slices along ``axis`` whose uint8 condition
+    is non-zero (positions past the condition's end are dropped); axis == rank means
+    the flattened input. The kept values are written one after another."""
+    output, condition, inp = vm.pop_addr(), vm.pop_addr(), vm.pop_addr()
+    x = _dense(vm, inp, F32D, f["input_shape_src"])
+    cshape = vm.shape(f["condition_shape_src"])
+    if not cshape:
+        raise ValueError("compress: the condition has no shape")
+    cond = strided(condition, np.dtype("u1"), (cshape[0],), (1,)) != 0
+    axis = int(f["axis"])  # a float field, converted to int by the kernel's signature
+    if axis == x.ndim:
+        flat = x.reshape(-1)
+        y = flat[: cond.size][cond[: flat.size]]
+    elif 0 <= axis < x.ndim:
+        keep = np.zeros(x.shape[axis], bool)
+        keep[: min(cond.size, keep.size)] = cond[: keep.size]
+        y = np.compress(keep, x, axis=axis).reshape(-1)
+    else:
+        raise ValueError(f"compress axis {f['axis']} for a {x.ndim}-d input")
+    return "compress", _write_dense(output, y)
+
+
+def _random(vm: StackVM, f: dict, what: str, draw):
+    output = vm.pop_addr()
+    if f["datatype_dest"] != 9:
+        raise vm.fail(f"tensor.{what} of datatype {f['datatype_dest']} (nncase draws float32)")
+    why = nncase_random.check_seed(f["seed"])
+    if why:
+        raise vm.fail(f"tensor.{what} with {why}")
+    shape = vm.shape(f["rshape_dest"])
+    limit(shape, "output")
+    y = draw(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    return what, _write_dense(output, y)
+
+
+def _random_normal(vm: StackVM, f: dict):
+    return _random(vm, f, "random_normal",
+                   lambda n: nncase_random.normal(n, f["mean"], f["std"], f["seed"]))  # fmt: skip
+
+
+def _random_uniform(vm: StackVM, f: dict):
+    return _random(vm, f, "random_uniform",
+                   lambda n: nncase_random.uniform(n, f["low"], f["high"], f["seed"]))  # fmt: skip
+
+
+#: tensor function name -> handler (merged with stackvm_tensor.TENSOR by the V5 runtime)
+RARE = {
+    "batch_to_space": _batch_to_space, "space_to_batch": _space_to_batch,
+    "gather_nd": _gather_nd, "compress": _compress, "random_normal": _random_normal,
+    "random_uniform": _random_uniform,
+}  # fmt: skip
