@@ -84,6 +84,8 @@ ENUMS = {
     "pad_mode_t": ("pad_mode", "pad_"),
     "image_resize_mode_t": ("resize_mode", "image_resize_"),
     "onehot_mode_t": ("onehot_mode", "onehot_"),
+    "roi_align_mode_t": ("roi_align_mode", "roi_align_"),
+    "lstm_direction": ("lstm_direction", "k"),
 }
 
 

@@ -212,6 +212,9 @@ COMPARE_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_e
 PAD_MODES = ("constant", "reflect", "symmetric", "edge")
 RESIZE_MODES = ("bilinear", "nearest_neighbor")
 ONEHOT_MODES = ("normal", "process_neg")
+#: roi_align_mode_t (from 1.2) and lstm_direction (from 1.4; GRU reads it from 1.8)
+ROI_ALIGN_MODES = ("avg", "max")
+LSTM_DIRECTIONS = ("Forward", "Reverse", "Bidirectional")
 
 
 class UnknownNumber(ValueError):
@@ -246,6 +249,8 @@ class Isa:
         self.unary_ops = UNARY_OPS[release]
         self.compare_ops = COMPARE_OPS if self.at_least("1.6") else ()
         self.reduce_arg_ops = REDUCE_ARG_OPS if self.at_least("1.0-42e77dc") else ()
+        self.roi_align_modes = ROI_ALIGN_MODES if self.at_least("1.2") else ()
+        self.lstm_directions = LSTM_DIRECTIONS if self.at_least("1.4") else ()
         #: stack values per padding: (before, after), and interior from 1.1 on
         self.padding_values = 3 if self.at_least("1.1") else 2
 
@@ -277,6 +282,7 @@ class Isa:
             "binary": BINARY_OPS, "unary": self.unary_ops, "reduce": REDUCE_OPS,
             "reduce_arg": self.reduce_arg_ops, "compare": self.compare_ops, "pad_mode": PAD_MODES,
             "resize_mode": RESIZE_MODES, "onehot_mode": ONEHOT_MODES,
+            "roi_align_mode": self.roi_align_modes, "lstm_direction": self.lstm_directions,
         }[table]  # fmt: skip
         if not 0 <= number < len(names):
             raise UnknownNumber(
@@ -296,6 +302,7 @@ _ENUM_FIELDS = {
     "binary_op": "binary", "unary_op": "unary", "reduce_op": "reduce",
     "reduce_arg_op": "reduce_arg", "compare_op": "compare", "pad_mode": "pad_mode",
     "image_resize_mode": "resize_mode", "onehot_mode": "onehot_mode",
+    "mode": "roi_align_mode", "direction": "lstm_direction",
 }  # fmt: skip
 _DATATYPE_FIELDS = ("datatype", "in_datatype", "dst_datatype", "datatype_src", "datatype_dest")
 #: datatype_t values of every 1.x release (int8 0 .. float64 10, bfloat16 11)

@@ -28,7 +28,7 @@ DTYPES: dict[int, np.dtype] = {
     4: np.dtype("u1"), 5: np.dtype("<u2"), 6: np.dtype("<u4"), 7: np.dtype("<u8"),
     8: np.dtype("<f2"), 9: np.dtype("<f4"), 10: np.dtype("<f8"),
 }  # fmt: skip
-LOC_KPU = 64
+LOC_RDATA, LOC_KPU = 2, 64
 #: ldind/stind/ldelem/stelem suffix -> the C type they move (intptr_t: 64-bit host)
 _SCALAR: dict[str, np.dtype] = {
     "i1": np.dtype("i1"), "i2": np.dtype("<i2"), "i4": np.dtype("<i4"), "i": np.dtype("<i8"),

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.stackvm import isa
 from .model import limit
-from .ops import nncase_random
-from .stackvm import StackVM, strided
-from .stackvm_tensor import _dense, _write_dense
+from .ops import nncase_random, nncase_rnn, nncase_roi
+from .stackvm import LOC_RDATA, StackVM, strided
+from .stackvm_tensor import _dense, _dense_strides, _write_dense
 
 I32 = np.dtype("<i4")
 F32D = np.dtype("<f4")
@@ -147,9 +148,56 @@ def _random_uniform(vm: StackVM, f: dict):
                    lambda n: nncase_random.uniform(n, f["low"], f["high"], f["seed"]))  # fmt: skip
 
 
+def _roi_align(vm: StackVM, f: dict):
+    """nncase roi_align (float32, dense): rois (R, 4) as x1, y1, x2, y2, int64 batch
+    indices; the output shape (R, C, PH, PW) comes from its shape register."""
+    output, batch_indices, rois, inp = (vm.pop_addr() for _ in range(4))
+    if f["datatype"] != 9:
+        raise vm.fail(f"tensor.roi_align of datatype {f['datatype']} (nncase runs float32)")
+    x = _dense(vm, inp, F32D, f["rshape_src"])
+    shape = vm.shape(f["rshape_dest"])
+    if x.ndim != 4 or len(shape) != 4 or shape[1] != x.shape[1]:
+        raise ValueError(f"roi_align of {x.shape} into {shape}")
+    limit(shape, "output")
+    n = shape[0]
+    boxes = strided(rois, F32D, (n, 4), (4, 1))
+    batch = strided(batch_indices, np.dtype("<i8"), (n,), (1,))
+    if n and (batch.min() < 0 or batch.max() >= x.shape[0]):
+        raise ValueError(f"roi_align: a batch index is outside the input's {x.shape[0]}")
+    mode = isa(vm.release).name_of("roi_align_mode", f["mode"])
+    y = nncase_roi.roi_align(x, boxes, batch, shape, mode == "avg", f["spatial_scale"],
+                             f["sampling_ratio"])  # fmt: skip
+    return f"roi_align.{mode}", _write_dense(output, y)
+
+
+def _gru(vm: StackVM, f: dict):
+    """nncase gru (float32, dense): input (seq, batch, in), W (dirs, 3H, in), R (dirs,
+    3H, H), B (dirs, 6H), initial h (dirs, batch, H), which nncase updates in place
+    (left alone here when it is the read-only .rdata); outputs Y (seq, dirs, batch, H)
+    and Y_h (dirs, batch, H)."""
+    out_h, out, init_h, b, r, w, inp = (vm.pop_addr() for _ in range(7))
+    x = _dense(vm, inp, F32D, f["input_shape_src"])
+    wt = _dense(vm, w, F32D, f["w_shape_src"])
+    if x.ndim != 3 or wt.ndim != 3 or wt.shape[1] % 3 or wt.shape[2] != x.shape[2]:
+        raise ValueError(f"gru of input {x.shape} and weights {wt.shape}")
+    dirs, hidden, batch = wt.shape[0], wt.shape[1] // 3, x.shape[1]
+    limit((x.shape[0], dirs, batch, hidden), "output")
+    rt = strided(r, F32D, (dirs, 3 * hidden, hidden), _dense_strides((dirs, 3 * hidden, hidden)))
+    bt = strided(b, F32D, (dirs, 6 * hidden), (6 * hidden, 1))
+    h_view = strided(init_h, F32D, (dirs, batch, hidden), _dense_strides((dirs, batch, hidden)))
+    h = h_view.copy()
+    direction = isa(vm.release).name_of("lstm_direction", f["direction"])
+    y = nncase_rnn.gru(x, wt, rt, bt, h, direction == "Reverse",
+                       bool(f.get("linear_before_reset", False)))  # 1.8 has no such field  # fmt: skip
+    if init_h.buf is not vm.buffers.get(LOC_RDATA):
+        h_view[...] = h
+    _write_dense(out_h, h)
+    return "gru", _write_dense(out, y)
+
+
 #: tensor function name -> handler (merged with stackvm_tensor.TENSOR by the V5 runtime)
 RARE = {
     "batch_to_space": _batch_to_space, "space_to_batch": _space_to_batch,
     "gather_nd": _gather_nd, "compress": _compress, "random_normal": _random_normal,
-    "random_uniform": _random_uniform,
+    "random_uniform": _random_uniform, "roi_align": _roi_align, "gru": _gru,
 }  # fmt: skip
