@@ -15,8 +15,8 @@ import numpy as np
 
 from ..model.stackvm import isa
 from .model import limit
-from .ops import nncase_random, nncase_rnn, nncase_roi
-from .stackvm import LOC_RDATA, StackVM, strided
+from .ops import nncase_random, nncase_rnn, nncase_roi, nncase_tflite_nms
+from .stackvm import F32, LOC_RDATA, StackVM, strided
 from .stackvm_tensor import _dense, _dense_strides, _write_dense
 
 I32 = np.dtype("<i4")
@@ -195,9 +195,59 @@ def _gru(vm: StackVM, f: dict):
     return "gru", _write_dense(out, y)
 
 
+def _tflite_detection_postprocess(vm: StackVM, f: dict):
+    """nncase tflite_detection_postprocess (float32, dense): boxes (1, N, 4), scores
+    (1, N, classes + background), anchors (N, 4) -> corners, classes, scores, count."""
+    n_out, out_scores, out_classes, out_boxes, anchors, scores, boxes = (
+        vm.pop_addr() for _ in range(7)
+    )
+    bshape, sshape = vm.shape(f["box_shape_src"]), vm.shape(f["score_shape_src"])
+    n = vm.shape(f["anchor_shape_src"])[0]
+    num_classes, max_det = f["num_classes"], f["max_detections"]
+    if len(bshape) != 3 or len(sshape) != 3 or bshape[2] != 4 or min(bshape[1], sshape[1]) < n:
+        raise ValueError(f"detection postprocess of boxes {bshape}, scores {sshape}, {n} anchors")
+    if not 0 < num_classes <= sshape[2] or max_det < 0 or f["max_classes_per_detection"] < 1:
+        raise ValueError(f"detection postprocess: {num_classes} classes of {sshape[2]}, "
+                         f"{max_det} detections")  # fmt: skip
+    box = strided(boxes, F32D, (n, 4), (4, 1))
+    anchor = strided(anchors, F32D, (n, 4), (4, 1))
+    score = strided(scores, F32D, (n, sshape[2]), (sshape[2], 1))
+    scale = (f["y_scale"], f["x_scale"], f["h_scale"], f["w_scale"])
+    corners = nncase_tflite_nms.decode(box, anchor, scale)
+    thr = (f["nms_score_threshold"], f["nms_iou_threshold"])
+    if f["use_regular_non_max_suppression"]:
+        picks = nncase_tflite_nms.regular(corners, score, num_classes, max_det,
+                                          f["detections_per_class"], *thr)  # fmt: skip
+        locs = np.zeros((max_det, 4), F32)
+        classes, values = np.zeros(max_det, F32), np.zeros(max_det, F32)
+        for k, (anchor_index, cls, value) in enumerate(picks):
+            locs[k], classes[k], values[k] = corners[anchor_index], cls, value
+        strided(out_boxes, F32D, (max_det, 4), (4, 1))[...] = locs
+        strided(out_classes, F32D, (max_det,), (1,))[...] = classes
+        strided(out_scores, F32D, (max_det,), (1,))[...] = values
+    else:
+        try:
+            picks = nncase_tflite_nms.fast(corners, score, num_classes, max_det,
+                                           f["max_classes_per_detection"], *thr)  # fmt: skip
+        except NotImplementedError as e:
+            raise vm.fail(f"tensor.tflite_detection_postprocess with {e}") from None
+        per = f["max_classes_per_detection"]
+        rows = per * len(picks)
+        locs = strided(out_boxes, F32D, (rows, 4), (4, 1))
+        classes = strided(out_classes, F32D, (rows,), (1,))
+        values = strided(out_scores, F32D, (rows,), (1,))
+        for k, (anchor_index, cls, value) in enumerate(picks):
+            at = slice(per * k, per * k + cls.size)
+            locs[at], classes[at], values[at] = corners[anchor_index], cls, value
+    count = len(picks)
+    strided(n_out, F32D, (), ())[...] = F32(count)
+    return "tflite_detection_postprocess", strided(out_boxes, F32D, (count, 4), (4, 1)).copy()
+
+
 #: tensor function name -> handler (merged with stackvm_tensor.TENSOR by the V5 runtime)
 RARE = {
     "batch_to_space": _batch_to_space, "space_to_batch": _space_to_batch,
     "gather_nd": _gather_nd, "compress": _compress, "random_normal": _random_normal,
     "random_uniform": _random_uniform, "roi_align": _roi_align, "gru": _gru,
+    "tflite_detection_postprocess": _tflite_detection_postprocess,
 }  # fmt: skip
