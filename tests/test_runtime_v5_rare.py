@@ -130,3 +130,14 @@ def test_an_integer_stored_as_a_float_keeps_its_bits() -> None:
     model = kmodel(p, [], [Tensor(F32, (1,), 0)])
     (y,) = runtime.load(model, nncase_release="1.9").run([])
     assert y[0] == 1.5
+
+
+def test_every_function_a_release_can_read_has_a_handler() -> None:
+    """No tensor function with an instruction in any 1.x release is refused by name."""
+    from kflashpy.model.stackvm import RELEASES, isa
+    from kflashpy.runtime.v5 import TENSOR
+
+    for release in RELEASES:
+        table = isa(release)
+        readable = {f for f in table.functions if table.layout(f) is not None}
+        assert readable <= set(TENSOR), (release, sorted(readable - set(TENSOR)))
