@@ -18,9 +18,11 @@ FACTS = Path(__file__).parent / "fixtures" / "nncase_isa"
 
 
 def facts(release: str) -> dict:
-    """The transcription of the tag: "1.9" -> v1.9.0, "1.0-rc1" -> v1.0.0-rc1."""
+    """The transcription of the tag: "1.9" -> v1.9.0, "1.7.1" -> v1.7.1, "1.0-rc1" ->
+    v1.0.0-rc1."""
     number, _, pre = release.partition("-")
-    return json.loads((FACTS / f"v{number}.0{'-' + pre if pre else ''}.json").read_text())
+    patch = "" if number.count(".") == 2 else ".0"
+    return json.loads((FACTS / f"v{number}{patch}{'-' + pre if pre else ''}.json").read_text())
 
 
 def _norm(name: str) -> str:

@@ -1,9 +1,10 @@
-"""Stackvm tensor functions that nncase 1.x's importers seldom or never emit.
+"""Stackvm tensor functions that few models hold (and nncase's ONNX importer emits only
+some of: compress, random_normal, random_uniform, roi_align, gru).
 
-nncase's runtime executes them (``src/runtime/stackvm/ops/``), so a file that holds
-one must run here too, but its compilers fold or lower them before code generation:
-batch_to_space, space_to_batch, gather_nd, compress, random_normal, random_uniform,
-roi_align, gru, tflite_detection_postprocess. The handlers follow
+nncase's runtime executes them all (``src/runtime/stackvm/ops/``), so a file that holds
+one must run here too: batch_to_space, space_to_batch, gather_nd, compress,
+random_normal, random_uniform, roi_align, gru, tflite_detection_postprocess. The
+handlers follow
 :mod:`.stackvm_tensor`'s conventions (operands popped in nncase's order, fields by
 their ``op_reader.h`` names); their tests run hand-assembled files through nncase's
 simulator (tests/fixtures/v5corpus/make_asm_corpus.py).

@@ -1,12 +1,13 @@
 """A small assembler for V5 kmodels with one stackvm function.
 
-nncase 1.x's ONNX and TFLite importers never emit some stackvm tensor functions
-(batch_to_space, gather_nd, random_normal, roi_align, ...): the compiler folds them or
-lowers them to other functions. To test those kernels against nncase's own simulator,
+nncase 1.x's ONNX importer never emits some stackvm tensor functions (batch_to_space,
+space_to_batch, gather_nd, tflite_detection_postprocess, reduce_window2d with
+dilation): it lowers them to other functions, fails on them or drops the attribute. To
+test those kernels, and every base instruction, against nncase's own simulator,
 tests/fixtures/v5corpus/make_asm_corpus.py writes the instructions by hand with this
 module and runs the file through ``nncase.Simulator``. Numbers and field layouts come
 from :mod:`kflashpy.model.stackvm` (the release's own tables); the container layout is
-the one :mod:`kflashpy.model.v5` reads (docs/kmodel-formats.md).
+the one :mod:`kflashpy.model.v5` reads (docs/kmodel.md).
 """
 
 from __future__ import annotations
