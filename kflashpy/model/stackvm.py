@@ -24,8 +24,8 @@ from dataclasses import dataclass
 RELEASES = ("1.0-beta1", "1.0-beta2", "1.0-rc1", "1.0-42e77dc", "1.0", "1.1", "1.2", "1.3",
             "1.4", "1.5", "1.6", "1.7", "1.7.1", "1.8", "1.9")  # fmt: skip
 #: nncase 1.x releases published as Python wheels (1.2 has no wheel)
-#: (the 1.7 wheel is 1.7.1, which appended gru and tflite_detection_postprocess)
-WHEEL_RELEASES = ("1.0-beta1", "1.1", "1.3", "1.4", "1.5", "1.6", "1.7.1", "1.8", "1.9")
+#: (1.7 has two: 1.7.0 and 1.7.1, which appended gru and tflite_detection_postprocess)
+WHEEL_RELEASES = ("1.0-beta1", "1.1", "1.3", "1.4", "1.5", "1.6", "1.7", "1.7.1", "1.8", "1.9")
 
 # --- base opcodes (identical in every 1.x release) -----------------------------------
 #: opcode -> (name, operands after the opcode byte as "field:struct-format ...")
