@@ -4,10 +4,9 @@ some of: compress, random_normal, random_uniform, roi_align, gru).
 nncase's runtime executes them all (``src/runtime/stackvm/ops/``), so a file that holds
 one must run here too: batch_to_space, space_to_batch, gather_nd, compress,
 random_normal, random_uniform, roi_align, gru, tflite_detection_postprocess. The
-handlers follow
-:mod:`.stackvm_tensor`'s conventions (operands popped in nncase's order, fields by
-their ``op_reader.h`` names); their tests run hand-assembled files through nncase's
-simulator (tests/fixtures/v5corpus/make_asm_corpus.py).
+handlers follow :mod:`.stackvm_tensor`'s conventions (operands popped in nncase's
+order, fields by their ``op_reader.h`` names); their tests run hand-assembled files
+through nncase's simulator (tests/fixtures/v5corpus/make_asm_corpus.py).
 """
 
 from __future__ import annotations
