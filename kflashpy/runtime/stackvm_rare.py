@@ -93,7 +93,8 @@ def _gather_nd(vm: StackVM, f: dict):
     batch = int(np.prod(x.shape[:b], dtype=np.int64))
     xb = x.reshape(batch, *x.shape[b:])
     rows = idx.reshape(batch, -1, k)
-    picked = xb[(np.arange(batch)[:, None], *(rows[..., j] for j in range(k)))]
+    where = (np.arange(batch)[:, None], *(rows[..., j] for j in range(k)))
+    picked = xb[where]
     shape = vm.shape(f["rshape_dest"])
     limit(shape, "output")
     if int(np.prod(shape, dtype=np.int64)) != picked.size:
