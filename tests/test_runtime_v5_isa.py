@@ -18,9 +18,11 @@ FACTS = Path(__file__).parent / "fixtures" / "nncase_isa"
 
 
 def facts(release: str) -> dict:
-    """The transcription of the tag: "1.9" -> v1.9.0, "1.0-rc1" -> v1.0.0-rc1."""
+    """The transcription of the tag: "1.9" -> v1.9.0, "1.7.1" -> v1.7.1, "1.0-rc1" ->
+    v1.0.0-rc1."""
     number, _, pre = release.partition("-")
-    return json.loads((FACTS / f"v{number}.0{'-' + pre if pre else ''}.json").read_text())
+    patch = "" if number.count(".") == 2 else ".0"
+    return json.loads((FACTS / f"v{number}{patch}{'-' + pre if pre else ''}.json").read_text())
 
 
 def _norm(name: str) -> str:
@@ -84,6 +86,8 @@ ENUMS = {
     "pad_mode_t": ("pad_mode", "pad_"),
     "image_resize_mode_t": ("resize_mode", "image_resize_"),
     "onehot_mode_t": ("onehot_mode", "onehot_"),
+    "roi_align_mode_t": ("roi_align_mode", "roi_align_"),
+    "lstm_direction": ("lstm_direction", "k"),
 }
 
 

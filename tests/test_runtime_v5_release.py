@@ -94,9 +94,9 @@ def test_naming_the_release() -> None:
 
 def test_unsupported_function_names_release_and_function(monkeypatch) -> None:
     """A function without a handler is refused at load, naming it and the release."""
-    from kflashpy.runtime import stackvm_tensor
+    from kflashpy.runtime import v5
 
-    monkeypatch.delitem(stackvm_tensor.TENSOR, "unary")
+    monkeypatch.delitem(v5.TENSOR, "unary")
     with pytest.raises(NotImplementedOpError) as info:
         runtime.load(CORPUS / "1.9" / "Sin-float.kmodel")
     assert "written by nncase 1.3-1.9" in info.value.message

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 #: (2021-10-20; the compilers that wrote the example models of the v1.0.0 tag: yolox
 #: the beta/rc numbering, benchmark/models/cpu/*.kmodel that commit's), then releases
 RELEASES = ("1.0-beta1", "1.0-beta2", "1.0-rc1", "1.0-42e77dc", "1.0", "1.1", "1.2", "1.3",
-            "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")  # fmt: skip
+            "1.4", "1.5", "1.6", "1.7", "1.7.1", "1.8", "1.9")  # fmt: skip
 #: nncase 1.x releases published as Python wheels (1.2 has no wheel)
-WHEEL_RELEASES = ("1.0-beta1", "1.1", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9")
+#: (1.7 has two: 1.7.0 and 1.7.1, which appended gru and tflite_detection_postprocess)
+WHEEL_RELEASES = ("1.0-beta1", "1.1", "1.3", "1.4", "1.5", "1.6", "1.7", "1.7.1", "1.8", "1.9")
 #: releases whose runtime sends float conv2d to Halide-generated kernels first: the
 #: kernels came in July 2021 (every 1.0 pre-release has them) and v1.1.0's
 #: src/kernels/convolution.cpp still dispatches to them; from v1.2.0 that dispatch
@@ -95,13 +96,14 @@ _T_1_2 = (
 )  # fmt: skip
 _T_1_3 = (*_T_1_2[:11], "equal", *_T_1_2[11:])
 _T_1_6 = (*_T_1_2[:4], "compare", *_T_1_2[4:])
+_T_1_7_1 = (*_T_1_6, "gru", "tflite_detection_postprocess")
 _T_1_8 = (*_T_1_6, "gru", "tflite_detection_postprocess", "layer_normalization", "compress",
           "gather_elements")  # fmt: skip
 TENSOR_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "1.0-beta1": _T_1_0_PRE, "1.0-beta2": _T_1_0_PRE, "1.0-rc1": _T_1_0_PRE,
     "1.0-42e77dc": _T_1_0_DEV, "1.0": _T_1_0,
     "1.1": _T_1_1, "1.2": _T_1_2, "1.3": _T_1_3, "1.4": _T_1_3, "1.5": _T_1_3,
-    "1.6": _T_1_6, "1.7": _T_1_6, "1.8": _T_1_8, "1.9": _T_1_8,
+    "1.6": _T_1_6, "1.7": _T_1_6, "1.7.1": _T_1_7_1, "1.8": _T_1_8, "1.9": _T_1_8,
 }  # fmt: skip
 
 # --- instruction fields (after opcode u8 and function u16), per first release ---------
@@ -136,7 +138,7 @@ _LAYOUTS: dict[str, list[tuple[str, str]]] = {
     "gather_elements": [("1.8", "input_shape_src:B indices_shape_src:B axis:i")],
     "gather_nd": [("1.0-beta1", "datatype:B rshape_src:B rshape_dest:B rstride_src:B rstride_dest:B "
                           "rshape_indices:B batch_dims:B")],
-    "gru": [("1.8", "input_shape_src:B w_shape_src:B direction:B"),
+    "gru": [("1.7.1", "input_shape_src:B w_shape_src:B direction:B"),
             ("1.9", "input_shape_src:B w_shape_src:B direction:B linear_before_reset:?")],
     "hardmax": [("1.0", "datatype:B rshape_src:B rstride_src:B axis:i")],
     "layer_normalization": [("1.8", "datatype:B input_shape:B axis:i epsilon:f")],
@@ -171,7 +173,7 @@ _LAYOUTS: dict[str, list[tuple[str, str]]] = {
     "ternary": [("1.1", "datatype:B rshape_src1:B rstride_src1:B rshape_src2:B rstride_src2:B "
                         "rshape_src3:B rstride_src3:B rstride_dest:B")],
     "tflite_detection_postprocess": [
-        ("1.8", "box_shape_src:B score_shape_src:B anchor_shape_src:B max_detections:i "
+        ("1.7.1", "box_shape_src:B score_shape_src:B anchor_shape_src:B max_detections:i "
                 "max_classes_per_detection:i detections_per_class:i "
                 "use_regular_non_max_suppression:? nms_score_threshold:f nms_iou_threshold:f "
                 "num_classes:i y_scale:f x_scale:f h_scale:f w_scale:f")],
@@ -210,7 +212,7 @@ _U_BETA = (_U_1_0[0], *_U_1_0[3:])
 UNARY_OPS: dict[str, tuple[str, ...]] = {
     "1.0-beta1": _U_BETA, "1.0-beta2": _U_BETA, "1.0-rc1": _U_1_0, "1.0-42e77dc": _U_1_0,
     "1.0": _U_1_0,
-    **{r: _U_1_1 for r in ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7")},
+    **{r: _U_1_1 for r in ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.7.1")},
     "1.8": (*_U_1_1, "erf"), "1.9": (*_U_1_1, "erf"),
 }  # fmt: skip
 REDUCE_OPS = ("mean", "min", "max", "sum")
@@ -219,6 +221,9 @@ COMPARE_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_e
 PAD_MODES = ("constant", "reflect", "symmetric", "edge")
 RESIZE_MODES = ("bilinear", "nearest_neighbor")
 ONEHOT_MODES = ("normal", "process_neg")
+#: roi_align_mode_t (from 1.2) and lstm_direction (from 1.4; GRU reads it from 1.8)
+ROI_ALIGN_MODES = ("avg", "max")
+LSTM_DIRECTIONS = ("Forward", "Reverse", "Bidirectional")
 
 
 class UnknownNumber(ValueError):
@@ -253,6 +258,8 @@ class Isa:
         self.unary_ops = UNARY_OPS[release]
         self.compare_ops = COMPARE_OPS if self.at_least("1.6") else ()
         self.reduce_arg_ops = REDUCE_ARG_OPS if self.at_least("1.0-42e77dc") else ()
+        self.roi_align_modes = ROI_ALIGN_MODES if self.at_least("1.2") else ()
+        self.lstm_directions = LSTM_DIRECTIONS if self.at_least("1.4") else ()
         #: stack values per padding: (before, after), and interior from 1.1 on
         self.padding_values = 3 if self.at_least("1.1") else 2
 
@@ -284,6 +291,7 @@ class Isa:
             "binary": BINARY_OPS, "unary": self.unary_ops, "reduce": REDUCE_OPS,
             "reduce_arg": self.reduce_arg_ops, "compare": self.compare_ops, "pad_mode": PAD_MODES,
             "resize_mode": RESIZE_MODES, "onehot_mode": ONEHOT_MODES,
+            "roi_align_mode": self.roi_align_modes, "lstm_direction": self.lstm_directions,
         }[table]  # fmt: skip
         if not 0 <= number < len(names):
             raise UnknownNumber(
@@ -303,6 +311,7 @@ _ENUM_FIELDS = {
     "binary_op": "binary", "unary_op": "unary", "reduce_op": "reduce",
     "reduce_arg_op": "reduce_arg", "compare_op": "compare", "pad_mode": "pad_mode",
     "image_resize_mode": "resize_mode", "onehot_mode": "onehot_mode",
+    "mode": "roi_align_mode", "direction": "lstm_direction",
 }  # fmt: skip
 _DATATYPE_FIELDS = ("datatype", "in_datatype", "dst_datatype", "datatype_src", "datatype_dest")
 #: datatype_t values of every 1.x release (int8 0 .. float64 10, bfloat16 11)

@@ -28,7 +28,7 @@ DTYPES: dict[int, np.dtype] = {
     4: np.dtype("u1"), 5: np.dtype("<u2"), 6: np.dtype("<u4"), 7: np.dtype("<u8"),
     8: np.dtype("<f2"), 9: np.dtype("<f4"), 10: np.dtype("<f8"),
 }  # fmt: skip
-LOC_KPU = 64
+LOC_RDATA, LOC_KPU = 2, 64
 #: ldind/stind/ldelem/stelem suffix -> the C type they move (intptr_t: 64-bit host)
 _SCALAR: dict[str, np.dtype] = {
     "i1": np.dtype("i1"), "i2": np.dtype("<i2"), "i4": np.dtype("<i4"), "i": np.dtype("<i8"),
@@ -253,22 +253,35 @@ class StackVM:
             self._convert(name[5:])
         elif name in _REFUSED_BY_NNCASE:
             raise self.fail(f"{name} (nncase's own runtime refuses it too)")
-        else:  # lea.gp: the module's general registers are never set by nncase 1.x code
-            raise self.fail(name)
+        else:  # lea.gp (the only other opcode)
+            raise self.fail(
+                f"{name} (general register {f['gpid']}: nothing in nncase 1.x sets these "
+                "registers, so the address it pushes is undefined)"
+            )
 
     def _memory(self, name: str) -> None:
         kind, suffix = name.split(".")
-        dtype = _SCALAR.get(suffix)
-        if dtype is None:
-            raise self.fail(f"{name} (bfloat16)")
+        bf16 = suffix == "br2"
+        dtype = np.dtype("<u2") if bf16 else _SCALAR[suffix]
         value = self.pop_num() if kind.startswith("st") else None
         index = self.pop_int() if kind.endswith("elem") else 0
         addr = self.pop_addr() + index * dtype.itemsize
         cell = strided(addr, dtype, (), ())
         if value is None:
-            self.stack.append(F32(cell) if dtype.kind == "f" else int(cell))
+            loaded = _from_bfloat16(int(cell)) if bf16 else cell
+            self.stack.append(F32(loaded) if bf16 or dtype.kind == "f" else int(cell))
+        elif bf16:
+            cell[...] = _round_to_bfloat16(_as_real(value))
+        elif dtype.kind == "f":
+            cell[...] = _as_real(value)
+        elif isinstance(value, np.floating):
+            # nncase stores the union's integer: a real's float bits fill its low half,
+            # the high half is undefined
+            if dtype.itemsize == 8:
+                raise self.fail(f"{name} of a real value (its upper 32 bits are undefined)")
+            cell[...] = _wrap(int(np.array([value], F32).view("<u4")[0]), dtype)
         else:
-            cell[...] = value if dtype.kind == "f" else _wrap(int(value), dtype)
+            cell[...] = _wrap(int(value), dtype)
 
     def _binary(self, name: str) -> None:
         b, a = self.pop(), self.pop()
@@ -311,14 +324,43 @@ class StackVM:
         if suffix == "r4":
             self.stack.append(F32(v))
             return
-        dtype = _SCALAR.get(suffix)
-        if dtype is None:
-            raise self.fail(f"conv.{suffix} (bfloat16)")
+        if suffix == "br2":  # (bfloat16)x truncates the float, then is pushed as a float
+            self.stack.append(_from_bfloat16(_truncate_to_bfloat16(F32(v))))
+            return
+        dtype = _SCALAR[suffix]
         if isinstance(v, np.floating):
             if not np.isfinite(v):
                 raise ValueError(f"conv.{suffix} of {v}")
             v = int(v)  # C truncates toward zero
         self.stack.append(_wrap(int(v), dtype))
+
+
+_BF16_NAN = 0x7FC0
+
+
+def _as_real(value) -> np.float32:
+    """A stack entry read as a float, as nncase's ``as_r`` reads its union: an integer
+    entry gives the float whose bits are its low 32 bits."""
+    if isinstance(value, np.floating):
+        return F32(value)
+    return np.array([int(value) & 0xFFFFFFFF], "<u4").view(F32)[0]
+
+
+def _from_bfloat16(raw: int) -> np.float32:
+    return np.array([raw << 16], "<u4").view(F32)[0]
+
+
+def _truncate_to_bfloat16(v: np.float32) -> int:
+    """nncase's bfloat16(float): the upper 16 bits (a NaN becomes the quiet NaN)."""
+    return _BF16_NAN if np.isnan(v) else int(np.array([v], F32).view("<u4")[0]) >> 16
+
+
+def _round_to_bfloat16(v: np.float32) -> int:
+    """nncase's round_to_bfloat16: round to nearest, ties to even, on the bits."""
+    if np.isnan(v):
+        return _BF16_NAN
+    bits = int(np.array([v], F32).view("<u4")[0])
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFFFFFF) >> 16
 
 
 def _wrap(v: int, dtype: np.dtype) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..model.stackvm import isa
 from .model import limit
-from .ops import nn, nncase_math
+from .ops import nn, nncase_math, nncase_window
 from .stackvm import F32, StackVM, strided
 
 I32 = np.dtype("<i4")
@@ -242,17 +242,23 @@ def _reduce_window2d(vm: StackVM, f: dict):
     output = vm.pop_addr()
     init = vm.pop_num()
     inp = vm.pop_addr()
-    if f["dilation_h"] != 1 or f["dilation_w"] != 1:
-        raise vm.fail("tensor.reduce_window2d with dilation")
     x = vm.view(inp, f["datatype"], f["rshape_src"], f["rstride_src"])
     h, w = x.shape[2:]
     fh, fw, sh, sw = f["filter_h"], f["filter_w"], f["stride_h"], f["stride_w"]
-    oh = (h + ph[0] + ph[1] - fh) // sh + 1
-    ow = (w + pw[0] + pw[1] - fw) // sw + 1
+    dh, dw = f["dilation_h"], f["dilation_w"]
+    if min(fh, fw, sh, sw, dh, dw) < 1:
+        raise ValueError(f"reduce_window2d filter {fh}x{fw} stride {sh}x{sw} dilation {dh}x{dw}")
+    oh = (h + ph[0] + ph[1] - ((fh - 1) * dh + 1)) // sh + 1
+    ow = (w + pw[0] + pw[1] - ((fw - 1) * dw + 1)) // sw + 1
     limit((*x.shape[:2], oh, ow), "output")
     mode = _op(vm, "reduce", f["reduce_op"])
-    y = nn.pool2d(x.astype(F32), (fh, fw), (sh, sw), (ph[0], ph[1], pw[0], pw[1]), (oh, ow), mode,
-                  init=None if mode == "mean" else float(init))  # fmt: skip
+    if (dh, dw) == (1, 1):
+        y = nn.pool2d(x.astype(F32), (fh, fw), (sh, sw), (ph[0], ph[1], pw[0], pw[1]), (oh, ow),
+                      mode, init=None if mode == "mean" else float(init))  # fmt: skip
+    else:
+        y = nncase_window.reduce_window2d_dilated(
+            x.astype(F32), init, mode, (fh, fw), (sh, sw), (dh, dw), ph, pw, (oh, ow)
+        )
     y = np.clip(y, F32(f["fused_clamp_low"]), F32(f["fused_clamp_high"])).astype(F32)
     return f"reduce_window2d.{mode}", vm.out(output, y, f["datatype"], f["rstride_dest"])
 

@@ -57,7 +57,11 @@ from .model import (
     damaged,
 )
 from .stackvm import DTYPES, Addr, StackVM, strided
-from .stackvm_tensor import TENSOR
+from .stackvm_rare import RARE
+from .stackvm_tensor import TENSOR as _COMMON
+
+#: every tensor function with a handler
+TENSOR = {**_COMMON, **RARE}
 
 LOC_INPUT, LOC_OUTPUT, LOC_RDATA, LOC_DATA, LOC_SHARED, LOC_KPU = 0, 1, 2, 3, 4, 64
 
