@@ -630,13 +630,16 @@ class Core:
         if room < 1:
             return
         reg, step = data
-        value = self._rr(reg)
+        val, pval, uch = self._val, self._pval, self._uch  # _rr/_rw inlined: a hot path
+        _uc_reg_read(uch, reg, pval)
+        value = val.value
         # iterations, this one included, until the register reaches 0 and the loop ends
         left = (-value if step > 0 else value) & _MASK64
         skip = min(left - 1, room)
         if skip < 1:
             return
-        self._rw(reg, value + skip * step)
+        val.value = (value + skip * step) & _MASK64
+        _uc_reg_write(uch, reg, pval)
         cell.value += 2 * skip
         self.loop_skips += 1
 
@@ -741,10 +744,10 @@ class Core:
             board.now += (done - self._accounted) / self.cpu_hz + self._stall
             self._stall = 0.0
             self._watch_stores(False)
-            if done == count and len(self._loop_probes) < MAX_LOOP_PROBES:
-                pc = self._rr(rv.UC_RISCV_REG_PC)
-                if pc not in self._loop_probes:
-                    self._find_counting_loop(pc)
+            pc = self._rr(rv.UC_RISCV_REG_PC)
+            probes = self._loop_probes
+            if done == count and len(probes) < MAX_LOOP_PROBES and pc not in probes:
+                self._find_counting_loop(pc)
             if self._suspended:
                 self._resume_heads()
             if self._error is not None:
@@ -761,7 +764,7 @@ class Core:
                 target = self._skip
             elif (
                 self._idle_hit
-                or self._at_wfi()
+                or self._at_wfi(pc)
                 or (marks == (self._mmio_count, self.traps) and self._learn_idle_loop())
             ):
                 target = t_end
@@ -879,10 +882,10 @@ class Core:
                 del self._suspended[pc]
                 self._heads[pc] = self._hook(pc, self._on_idle_head, None)
 
-    def _at_wfi(self) -> bool:
-        """Did the slice stop after a ``wfi``? (Asked after most slices: the word is read
-        from the SRAM buffer when it lies there, without a round trip through unicorn.)"""
-        pc = self._rr(rv.UC_RISCV_REG_PC)
+    def _at_wfi(self, pc: int) -> bool:
+        """Did the slice stop (at ``pc``) after a ``wfi``? (Asked after most slices: the
+        word is read from the SRAM buffer when it lies there, without a round trip
+        through unicorn.)"""
         for base in (SRAM_BASE, SRAM_ALIAS):
             if base + 4 <= pc <= base + SRAM_SIZE:
                 off = pc - 4 - base
