@@ -137,7 +137,8 @@ def counting_loops(words: np.ndarray) -> list[tuple[int, int, int]]:
     compiles: ``addi rX, rX, +-1`` (or ``c.addi``) followed by ``bnez rX`` back to it
     (``c.bnez``, or ``bne rX, x0``). ``words[i]`` is the 32-bit word at halfword ``i``;
     returns (halfword index of the addi, register, step) for each. Such a loop reads and
-    writes nothing else, so its iterations can be run in one step (``_on_counting_loop``).
+    writes nothing else, so its iterations can be run in one step
+    (``Core._counting_loop_skipper``).
     """
     found = []
     half = words & 0xFFFF
@@ -378,7 +379,7 @@ class Core:
     def _hook_counting_loop(self, addr: int, reg: int, step: int) -> None:
         if self._count_cell is not None and addr not in self._loops:  # needs the exact count
             self._loops.add(addr)
-            self._hook(addr, self._on_counting_loop, (rv.UC_RISCV_REG_X0 + reg, step))
+            self._hook_raw(addr, self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step))
 
     def _find_counting_loop(self, pc: int) -> None:
         """A slice ended at ``pc``: if that is inside a counting loop, hook the loop. Code
@@ -406,6 +407,10 @@ class Core:
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
+        return self._hook_raw(addr, code)
+
+    def _hook_raw(self, addr: int, code: Any) -> list[int]:
+        """:meth:`_hook` with a raw ctypes code-hook function (it handles its own errors)."""
         ptr = HOOK_CODE_CFUNC(code)
         self._keep.append(ptr)
         handles = [self._add_hook(ptr, addr, addr)]
@@ -616,29 +621,41 @@ class Core:
             self._rw(rv.UC_RISCV_REG_X0 + rd, value)
         self._rw(rv.UC_RISCV_REG_PC, address + 4)
 
-    def _on_counting_loop(self, _address: int, data: tuple[int, int]) -> None:
-        """At the ``addi`` of a two-instruction counting loop (see :func:`counting_loops`):
-        run its iterations in one step. The register gets the value it would have after
-        them and unicorn's instruction counter the instructions they take, but only up to
-        the running slice's budget, so the slice still ends at the same instruction and
-        everything after the loop sees the same virtual time as if it had run."""
-        if not self._in_slice:
-            return  # single-stepping (idle-loop tracing): no budget to fill
+    def _counting_loop_skipper(self, reg: int, step: int) -> Any:
+        """The code hook for the ``addi`` of a two-instruction counting loop (see
+        :func:`counting_loops`): it runs the loop's iterations in one step. The register
+        gets the value it would have after them and unicorn's instruction counter the
+        instructions they take, but only up to the running slice's budget, so the slice
+        still ends at the same instruction and everything after the loop sees the same
+        virtual time as if it had run. (A raw hook with its state bound: it runs once per
+        busy-wait call, hundreds of thousands of times per virtual second.)"""
+        core = self
         cell = self._count_cell
         assert cell is not None
-        room = (self._budget - cell.value) // 2  # whole iterations that fit the slice
-        if room < 1:
-            return
-        reg, step = data
-        value = self._rr(reg)
-        # iterations, this one included, until the register reaches 0 and the loop ends
-        left = (-value if step > 0 else value) & _MASK64
-        skip = min(left - 1, room)
-        if skip < 1:
-            return
-        self._rw(reg, value + skip * step)
-        cell.value += 2 * skip
-        self.loop_skips += 1
+        val, pval, uch = self._val, self._pval, self._uch
+
+        def skip_loop(_h: object, _address: int, _size: int, _ud: object) -> None:
+            try:
+                if not core._in_slice:
+                    return  # single-stepping (idle-loop tracing): no budget to fill
+                room = (core._budget - cell.value) // 2  # whole iterations that fit
+                if room < 1:
+                    return
+                _uc_reg_read(uch, reg, pval)
+                value = val.value
+                # iterations, this one included, until the register reaches 0
+                left = (-value if step > 0 else value) & _MASK64
+                skip = min(left - 1, room)
+                if skip < 1:
+                    return
+                val.value = (value + skip * step) & _MASK64
+                _uc_reg_write(uch, reg, pval)
+                cell.value += 2 * skip
+                core.loop_skips += 1
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        return skip_loop
 
     # ------------------------------------------------------------------ running
     def link_baud(self) -> float | None:
@@ -741,10 +758,10 @@ class Core:
             board.now += (done - self._accounted) / self.cpu_hz + self._stall
             self._stall = 0.0
             self._watch_stores(False)
-            if done == count and len(self._loop_probes) < MAX_LOOP_PROBES:
-                pc = self._rr(rv.UC_RISCV_REG_PC)
-                if pc not in self._loop_probes:
-                    self._find_counting_loop(pc)
+            pc = self._rr(rv.UC_RISCV_REG_PC)
+            probes = self._loop_probes
+            if done == count and len(probes) < MAX_LOOP_PROBES and pc not in probes:
+                self._find_counting_loop(pc)
             if self._suspended:
                 self._resume_heads()
             if self._error is not None:
@@ -761,7 +778,7 @@ class Core:
                 target = self._skip
             elif (
                 self._idle_hit
-                or self._at_wfi()
+                or self._at_wfi(pc)
                 or (marks == (self._mmio_count, self.traps) and self._learn_idle_loop())
             ):
                 target = t_end
@@ -879,10 +896,10 @@ class Core:
                 del self._suspended[pc]
                 self._heads[pc] = self._hook(pc, self._on_idle_head, None)
 
-    def _at_wfi(self) -> bool:
-        """Did the slice stop after a ``wfi``? (Asked after most slices: the word is read
-        from the SRAM buffer when it lies there, without a round trip through unicorn.)"""
-        pc = self._rr(rv.UC_RISCV_REG_PC)
+    def _at_wfi(self, pc: int) -> bool:
+        """Did the slice stop (at ``pc``) after a ``wfi``? (Asked after most slices: the
+        word is read from the SRAM buffer when it lies there, without a round trip
+        through unicorn.)"""
         for base in (SRAM_BASE, SRAM_ALIAS):
             if base + 4 <= pc <= base + SRAM_SIZE:
                 off = pc - 4 - base

@@ -112,7 +112,7 @@ class Spi3:
     # ------------------------------------------------------------------ MMIO
     def read(self, offset: int, size: int) -> int:
         if DR0 <= offset < DR_END:
-            fb = self._frame_bytes()
+            fb = self._fb
             if len(self.rxq) < fb:
                 self._fill()
             if len(self.rxq) < fb:

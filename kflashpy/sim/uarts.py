@@ -154,11 +154,11 @@ class DwUart(_Uart):
             return fifo | 0x02
         return fifo | 0x01
 
-    def _lsr(self) -> int:
-        # TEMT always; bit 5 = THRE (classic) or "TX FIFO full" with PTIME: never full
-        return 0x40 | (0 if self.ier & IER_PTIME else 0x20) | (1 if self.rx else 0)
-
     def read(self, offset: int, size: int) -> int:
+        if offset == LSR:  # first: polled programs read it most (several times a byte)
+            self.pull()
+            # TEMT always; bit 5 = THRE (classic) or "TX FIFO full" with PTIME: never full
+            return 0x40 | (0 if self.ier & IER_PTIME else 0x20) | (1 if self.rx else 0)
         if offset in _RX_STATE:
             self.pull()
         if offset == RBR:
@@ -169,8 +169,6 @@ class DwUart(_Uart):
             value = self.rx[0]
             del self.rx[0]
             return value
-        if offset == LSR:
-            return self._lsr()
         if offset == IIR:
             return self._iir()
         if offset == IER:

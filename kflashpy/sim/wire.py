@@ -30,7 +30,7 @@ def baud_mismatch(sender: float, receiver: float) -> bool:
     return abs(receiver / sender - 1.0) > BAUD_TOLERANCE
 
 
-@dataclass
+@dataclass(slots=True)
 class _Segment:
     t0: float  # when the first byte started
     dt: float  # seconds per byte
@@ -113,20 +113,23 @@ class Wire:
         """
         out: list[tuple[float, bytes]] = []
         budget = limit if limit is not None else -1
-        while self._segments and budget != 0:
-            seg = self._segments[0]
-            if seg.arrival(seg.pos) > until:
+        segments = self._segments
+        # a polled receiver calls this once per byte or so: Segment.arrival is inlined
+        while segments and budget != 0:
+            seg = segments[0]
+            pos, t0, dt, data = seg.pos, seg.t0, seg.dt, seg.data
+            if t0 + (pos + 1) * dt > until:
                 break
-            n_arrived = min(len(seg.data), int((until - seg.t0) / seg.dt + 1e-9))
-            end = n_arrived if budget < 0 else min(n_arrived, seg.pos + budget)
-            chunk = seg.data[seg.pos : end]
-            t_last = seg.arrival(end - 1)
-            self._pending -= end - seg.pos
+            n_arrived = min(len(data), int((until - t0) / dt + 1e-9))
+            end = n_arrived if budget < 0 else min(n_arrived, pos + budget)
+            chunk = data[pos:end]
+            t_last = t0 + end * dt
+            self._pending -= end - pos
             seg.pos = end
             if budget > 0:
                 budget -= len(chunk)
-            if seg.pos >= len(seg.data):
-                self._segments.popleft()
+            if end >= len(data):
+                segments.popleft()
             if baud_mismatch(seg.baud, receiver_baud):
                 chunk = self._garble(chunk, receiver_baud / seg.baud)
                 self.bytes_garbled += len(chunk)
