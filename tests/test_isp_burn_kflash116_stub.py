@@ -151,6 +151,43 @@ def test_ctrl_c_stops_at_a_frame_boundary_and_reports(stub, baud):
         assert dev.port.sim_board.flash.read(0x300000, 0x10000) == payload[:0x10000]
 
 
+@pytest.mark.parametrize("stub", ["kflashpy", "kflash"])
+def test_ctrl_c_at_a_low_baud_drops_the_unsent_frames(stub):
+    """At 115200 a 64 KiB frame is 5.7 s of wire: Ctrl-C drops what has not left the
+    host, the frame cut on the line fails its CRC and is never programmed, and the board
+    answers well within a second of board time; the next burn finishes the job."""
+    payload = os.urandom(192 * 1024)
+    region = WriteRegion(0x300000, payload, "model")
+    marks: list[float] = []
+    with kflashpy.connect(SIM, board="maix-bit", baud=115200, stub=stub) as dev:
+        board = dev.port.sim_board
+
+        def stop_in_the_first_frame(ev):
+            if ev.stage == "write" and ev.done > 0 and not marks:
+                marks.append(board.now)
+                raise KeyboardInterrupt
+
+        with pytest.raises(Interrupted) as e:
+            burn_on(dev, [region], reboot=False, progress=stop_in_the_first_frame)
+        assert board.now - marks[0] < 1.0
+        assert board.to_board.pending() == 0  # nothing left on the wire
+        assert "cut short: model" in e.value.message
+        burn_on(dev, [region], reboot=False)
+        assert board.flash.read(0x300000, len(payload)) == payload
+
+
+def test_wire_flush_keeps_the_bytes_already_on_the_line():
+    from kflashpy.sim.wire import Wire
+
+    wire = Wire()
+    wire.send(b"abcdefgh", 0.0, 10.0)  # one byte per second
+    assert wire.unsent(2.5) == 5  # a, b delivered or done; c is going out
+    assert wire.drop_unsent(2.5) == 5
+    assert wire.pending() == 3 and wire.idle_at == 3.0
+    assert b"".join(c for _, c in wire.receive(10.0, 10.0)) == b"abc"
+    assert wire.send(b"z", 3.5, 10.0) == 4.5  # the line is free again
+
+
 def test_cli_kfpkg_burn_leaves_exact_bytes(tmp_path, capsys):
     fw = os.urandom(30000)
     data = os.urandom(7000)

@@ -244,7 +244,11 @@ def _labelled(progress: ProgressFn | None, label: str, sink: list[int]) -> Progr
 
 
 def _settle(s2: Stage2) -> None:
-    """After Ctrl-C: let the frame in flight finish so the board is idle and answering."""
+    """After Ctrl-C: drop the frames still waiting in the host's output buffer (at a
+    low baud they would take seconds; cut, the one on the line fails its CRC and is
+    never programmed), then let the board finish the frame it has, so it is idle and
+    answering."""
+    s2.link.discard_output()
     with contextlib.suppress(KflashError):  # the board may be gone: the report says so
         s2.greet(attempts=3)
 

@@ -128,6 +128,12 @@ class Link:
         with contextlib.suppress(serial.SerialException, OSError):
             self.port.reset_input_buffer()
 
+    def discard_output(self) -> None:
+        """Drop what was written but has not left the host yet (a frame cut this way
+        fails its CRC at the far end, which answers it as damaged and reads on)."""
+        with contextlib.suppress(serial.SerialException, OSError):
+            self.port.reset_output_buffer()
+
     # --- replies -------------------------------------------------------------------------
 
     def recv(self, expect_op: int, timeout: float, extra_len: int | None = 0) -> Response:

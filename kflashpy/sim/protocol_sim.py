@@ -91,7 +91,8 @@ class Serial(SerialBase):
 
     @property
     def out_waiting(self) -> int:
-        return 0
+        board = self._board()
+        return board.to_board.unsent(board.now)
 
     def write(self, data: bytes) -> int:  # type: ignore[override]
         board = self._board()
@@ -125,8 +126,10 @@ class Serial(SerialBase):
         self._board().host_discard_input()
 
     def reset_output_buffer(self) -> None:
-        """Bytes already handed to the adapter are on the wire; nothing to drop."""
-        self._board()
+        """Drop what was written but has not started on the line yet (a real port drops
+        its driver's buffer; a byte already going out still arrives)."""
+        board = self._board()
+        board.to_board.drop_unsent(board.now)
 
     @property
     def cts(self) -> bool:

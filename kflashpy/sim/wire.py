@@ -42,6 +42,10 @@ class _Segment:
         """Virtual time at which byte ``index`` has been completely received."""
         return self.t0 + (index + 1) * self.dt
 
+    def started(self, now: float) -> int:
+        """How many of its bytes have started on the line (or been delivered) by ``now``."""
+        return max(self.pos, min(len(self.data), math.ceil((now - self.t0) / self.dt - 1e-9)))
+
 
 class Wire:
     """Bytes in flight in one direction, delivered to a receiver at its own baud rate."""
@@ -95,6 +99,31 @@ class Wire:
     def pending(self) -> int:
         """Bytes queued and not yet delivered (whether or not they have arrived)."""
         return self._pending
+
+    def unsent(self, now: float) -> int:
+        """Queued bytes whose transmission has not started by ``now`` (the adapter's
+        output buffer, in a real port's terms)."""
+        return sum(len(seg.data) - seg.started(now) for seg in self._segments)
+
+    def drop_unsent(self, now: float) -> int:
+        """Drop the queued bytes whose transmission has not started by ``now``, as a
+        port's output flush does; a byte already on the line still arrives. Returns how
+        many were dropped."""
+        dropped, kept = 0, deque[_Segment]()
+        for seg in self._segments:
+            started = seg.started(now)
+            dropped += len(seg.data) - started
+            if started > seg.pos:
+                seg.data = seg.data[:started]
+                kept.append(seg)
+        self._segments = kept
+        self._pending -= dropped
+        self.bytes_sent -= dropped
+        self._free_at = (
+            kept[-1].t0 + kept[-1].dt * len(kept[-1].data) if kept else min(self._free_at, now)
+        )
+        self._update_next()
+        return dropped
 
     def clear(self) -> None:
         """Drop everything in flight (the far end was reset or the port flushed)."""
