@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..errors import NoResponseError, ProtocolError
+from ..errors import NoResponseError, ProtocolError, VerifyError
 from ..progress import Progress, ProgressFn, report
 from ..stub import FlasherBuild
 from ..stub import load as load_build
@@ -95,6 +95,8 @@ READ_WINDOW = 8
 #: sectors per hash-list request: a 2 KiB reply; halved after a damaged or lost one
 HASH_PIECE = 64
 RETRIES = 6
+#: a write acknowledgement's status when the pages read back differ (flasher protocol 2)
+WRITE_CHECK_FAILED = 0xE8
 FLASH_S_PER_FRAME = TIMEOUTS["flash_per_frame"]
 ACK_TIMEOUT = TIMEOUTS["ack"]  # a late ack only costs a (harmless) resend
 HASH_S_PER_MB = TIMEOUTS["hash_per_mb"]
@@ -187,6 +189,87 @@ class _Frame:
             )
         else:
             self.packet = build_request(KfpyOp.WRITE, at, chunk)
+
+
+def _digest_matches(frame: _Frame, digest: bytes) -> bool:
+    """A write acknowledgement's digest is the SHA-256 of the frame's data as the board
+    decoded it, every page of it read back from the flash and compared after writing
+    (docs/flasher-protocol.md, B5): equal to ours, the frame is verified on the flash."""
+    if hashlib.sha256(frame.chunk).digest() == digest:
+        return True
+    raise VerifyError(
+        f"write of {len(frame.chunk)} B at 0x{frame.at:08X}: the board wrote other bytes "
+        "than were sent (its digest of the frame differs)",
+        "burn again; if it repeats, lower the baud rate (-b)",
+    )
+
+
+#: frame sizes from either end of a write over erased flash: each about 1.5x the one
+#: before, so that the two frames queued behind a frame the board is writing take at
+#: least as long on the wire as that frame takes to write (at 1.5-3 Mbaud)
+TAPER = tuple(k * SECTOR for k in (1, 1, 2, 3, 4, 6, 8, 12))
+
+
+def tapered(cuts: list[tuple[int, int]], blank: Pieces) -> list[tuple[int, int]]:
+    """Re-cut the frames at the ends of a write that go to erased flash into frames that
+    grow from the start (:data:`TAPER`) and shrink towards the end: the board starts
+    programming after a short first frame, and once the last byte has arrived it has only
+    a sector left to program. Frames still end at sectors and never cross a 64 KiB block.
+
+    Only over erased flash: over old data each frame of a block would erase again.
+    ``cuts`` are the ``(address, length)`` frames in order, ``blank`` the erased ranges.
+    """
+    groups: list[list[int]] = []  # [start, end] of runs of contiguous frames
+    for at, n in cuts:
+        if groups and groups[-1][1] == at:
+            groups[-1][1] = at + n
+        else:
+            groups.append([at, at + n])
+
+    def erased(lo: int, hi: int) -> bool:
+        return any(b <= lo and hi <= b + m for b, m in blank)
+
+    def plain(lo: int, hi: int) -> list[tuple[int, int]]:
+        return [(lo + off, n) for off, n in sector_blocks(lo, hi - lo, FRAME)]
+
+    def ramp(lo: int, hi: int) -> tuple[list[tuple[int, int]], int]:
+        out, pos = [], lo
+        for size in TAPER:
+            if pos >= hi:
+                break
+            cut = max((pos + size) // SECTOR * SECTOR, pos - pos % SECTOR + SECTOR)
+            cut = min(cut, hi, pos - pos % FRAME + FRAME)
+            out.append((pos, cut - pos))
+            pos = cut
+        return out, pos
+
+    def ladder(lo: int, hi: int) -> tuple[list[tuple[int, int]], int]:
+        out, pos = [], hi
+        for size in TAPER:
+            if pos <= lo:
+                break
+            cut = -(-(pos - size) // SECTOR) * SECTOR
+            cut = max(cut if cut < pos else (pos - 1) // SECTOR * SECTOR, lo)
+            start = max(lo, (pos - 1) // FRAME * FRAME)
+            if cut - start < size:  # no short frame left between this one and its block's start
+                cut = start
+            out.insert(0, (cut, pos - cut))
+            pos = cut
+        return out, pos
+
+    out: list[tuple[int, int]] = []
+    last = len(groups) - 1
+    for i, (lo, hi) in enumerate(groups):
+        head: list[tuple[int, int]] = []
+        tail: list[tuple[int, int]] = []
+        if erased(lo, hi) and i in (0, last):
+            mid = (lo + (hi - lo) // 2) // SECTOR * SECTOR if i == 0 == last else None
+            if i == 0 and last > 0 or mid is not None:
+                head, lo = ramp(lo, mid if mid and mid > lo else hi)
+            if i == last:
+                tail, hi = ladder(lo, hi)
+        out += head + plain(lo, hi) + tail
+    return out
 
 
 class _BadReply(Exception):
@@ -596,7 +679,11 @@ class KfpyStage2(Stage2):
         *,
         pieces: Pieces | None = None,
         ledger: WriteLedger | None = None,
+        blank: Pieces = (),
     ) -> None:
+        """See :meth:`Stage2.write`. Where ``blank`` (the parts of ``data`` the board's
+        hash list showed erased) covers the first or last frame, that frame is sent as
+        frames that halve down to one sector (see :func:`tapered`)."""
         self._ensure_flasher()
         total = len(data)
         ledger = ledger or WriteLedger()
@@ -607,11 +694,14 @@ class KfpyStage2(Stage2):
         if done:
             report(progress, Progress("write", done, total, message=f"{done} B unchanged"))
         full_window = window = self.info.window if self.info else 2
-        todo = deque(
-            _Frame(at + off, chunk[off : off + n])
+        cuts = [
+            (at + off, n)
             for at, chunk in frames
             for off, n in sector_blocks(at, len(chunk), self._frame_limit)
-        )
+        ]
+        if self._frame_limit == FRAME:
+            cuts = tapered(cuts, [(address + off, n) for off, n in blank])
+        todo = deque(_Frame(at, data[at - address : at - address + n]) for at, n in cuts)
         inflight: deque[_Frame] = deque()
         baud = self.link.port.baudrate
         streak = 0
@@ -634,14 +724,20 @@ class KfpyStage2(Stage2):
                 inflight.clear()
                 window, streak = 1, 0
                 continue
-            if resp.status == Status.BAD_DATA_CHECKSUM or len(p) != 8:
+            if resp.status == Status.BAD_DATA_CHECKSUM or len(p) not in (8, 44):
                 failed = self._failed(inflight.popleft(), "request damaged")  # arrived damaged
                 todo.extendleft(reversed(failed))
                 # a frame that arrives while the flash works may be the problem (a slow
                 # bridge, a core that misses bytes): one frame at a time for a while
                 window, streak = 1, 0
                 continue
-            at, n = struct.unpack("<II", p)
+            at, n = struct.unpack_from("<II", p)
+            if resp.status == WRITE_CHECK_FAILED:
+                raise VerifyError(
+                    f"write of {n} B at 0x{at:08X}: the flash read back other bytes than "
+                    "were programmed",
+                    "burn again; if it repeats, the flash chip may be worn or faulty",
+                )
             if resp.status != Status.OK:
                 raise ProtocolError(
                     f"write of {n} B at 0x{at:08X}: refused ({resp.describe()})",
@@ -650,8 +746,9 @@ class KfpyStage2(Stage2):
             while inflight and inflight[0].at != at:
                 todo.appendleft(inflight.popleft())  # lost on the way: send again
             if inflight:
-                inflight.popleft()
-                ledger.ack(at, n)
+                frame = inflight.popleft()
+                checked = len(p) == 44 and n == len(frame.chunk) and _digest_matches(frame, p[8:40])
+                ledger.ack(at, n, checked, erased=not checked or bool(p[40] & 1))
                 done += n
                 report(progress, Progress("write", min(done, total), total))
                 streak += 1
