@@ -216,6 +216,25 @@ def test_write_acknowledgements_verify_the_flash_without_a_hash_pass(tmp_path, m
     assert img.read_bytes()[0x300000 : 0x300000 + len(data)] == changed
 
 
+def test_first_frames_go_out_while_the_board_checks_a_blank_region(tmp_path):
+    """On erased flash the first (small) frames follow the hash-list request at once and
+    are written right after it; over data nothing is sent before the list is back."""
+    data = _mixed(0x30000, 41)
+    img = tmp_path / "board.img"
+    img.write_bytes(b"\xff" * (16 << 20))
+    for expect_ahead in (True, False):
+        with connect(f"{SIM}&flash={img}", board="maix-bit", baud=3000000, stub="kflashpy") as d:
+            log: list[tuple[str, int]] = []
+            d.stage2.link.trace = lambda way, frame, log=log: log.append((way, frame[0]))
+            data = bytes(b ^ 0x5A for b in data)  # new content every round
+            result = burn_on(d, [WriteRegion(0x300000, data, "app")], reboot=False)
+        assert result.regions[0].status == "written"
+        assert img.read_bytes()[0x300000 : 0x300000 + len(data)] == data
+        first_write = log.index(("tx", 0xB6))
+        last_list = max(i for i, x in enumerate(log) if x == ("rx", 0xB4))
+        assert (first_write < last_list) is expect_ahead
+
+
 def test_a_page_that_programs_wrong_fails_the_burn(tmp_path, monkeypatch):
     """The flash keeps a bit at 1 in one page: the read-back after programming catches it,
     the acknowledgement says so (E8) and the burn stops with a verify error."""

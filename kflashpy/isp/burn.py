@@ -273,7 +273,9 @@ def _interrupted(results: list[RegionResult], at_risk: list[AtRisk]) -> Interrup
     return error
 
 
-def _pieces(s2: Stage2, region: WriteRegion, skip_unchanged: bool) -> tuple[Pieces, Pieces]:
+def _pieces(
+    s2: Stage2, region: WriteRegion, skip_unchanged: bool, ledger: WriteLedger | None = None
+) -> tuple[Pieces, Pieces]:
     """The ``(offset, length)`` sector pieces of a region that differ from the flash,
     and those the flash holds erased.
 
@@ -282,7 +284,7 @@ def _pieces(s2: Stage2, region: WriteRegion, skip_unchanged: bool) -> tuple[Piec
     """
     data, size = region.data, len(region.data)
     if size >= 2 * SECTOR and (skip_unchanged or size >= BLOCK_SIZE):
-        old = s2.hash_list(region.address, size)
+        old = s2.hash_list_ahead(region.address, data, ledger)
         sectors = list(zip(sector_blocks(region.address, size), old, strict=True))
         return (
             [
@@ -358,7 +360,7 @@ def write_regions(
         sink = [0]
         start = dev.link.now()
         try:
-            pieces, blank = _pieces(s2, region, skip_unchanged) if hashing else (None, [])
+            pieces, blank = _pieces(s2, region, skip_unchanged, ledger) if hashing else (None, [])
             if pieces == [] and skip_unchanged:
                 kept = KeptBytes.load(board, region.address, region.data) if keeping else None
                 if kept is not None:

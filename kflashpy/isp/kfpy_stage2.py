@@ -94,6 +94,9 @@ MIN_READ_CHUNK = 256
 READ_WINDOW = 8
 #: sectors per hash-list request: a 2 KiB reply; halved after a damaged or lost one
 HASH_PIECE = 64
+#: sectors at the start of a region checked first: where they read erased, the first
+#: frames of the write go out while the board checks the rest (:meth:`hash_list_ahead`)
+HEAD_SECTORS = 4
 RETRIES = 6
 #: a write acknowledgement's status when the pages read back differ (flasher protocol 2)
 WRITE_CHECK_FAILED = 0xE8
@@ -272,6 +275,9 @@ def tapered(cuts: list[tuple[int, int]], blank: Pieces) -> list[tuple[int, int]]
     return out
 
 
+_ERASED_SECTOR = hashlib.sha256(b"\xff" * SECTOR).digest()
+
+
 class _BadReply(Exception):
     """A reply whose CRC does not match: treated like a lost reply."""
 
@@ -351,6 +357,8 @@ class KfpyStage2(Stage2):
         self.info: FlasherInfo | None = None
         self.actual_baud: int | None = None
         self._frame_limit = FRAME
+        #: write frames sent ahead by :meth:`hash_list_ahead`, taken over by :meth:`write`
+        self._ahead: list[_Frame] = []
         #: how much slower than its wire time the board answered the first flasher upload
         #: frame (1 on a real board; more on a network serial link or an emulated board on
         #: a pty that runs slower than real time): every timeout is stretched by it
@@ -534,6 +542,49 @@ class KfpyStage2(Stage2):
             out += [p[8 + 32 * i : 40 + 32 * i] for i in range(k)]
         return out
 
+    def hash_list_ahead(
+        self, address: int, data: bytes, ledger: WriteLedger | None = None
+    ) -> list[bytes]:
+        """:meth:`hash_list` of the region ``data`` will be written to; where its first
+        sectors read erased, the first frames of that write (the small ones of
+        :func:`tapered`) are sent while the board checks the rest, in one request: a
+        first burn's blank check then costs no time. :meth:`write` of the same ``data``
+        at ``address`` takes them over (they are in ``ledger`` as sent from now on).
+        Nothing is sent ahead over data, where those frames could mean extra erases."""
+        self._ahead = []
+        size, head = len(data), HEAD_SECTORS * SECTOR
+        if address % FRAME or size < 2 * FRAME or self._frame_limit != FRAME:
+            return self.hash_list(address, size)
+        first = self.hash_list(address, head)
+        if any(d != _ERASED_SECTOR for d in first):
+            return first + self.hash_list(address + head, size - head)
+        ramp = tapered([(address, FRAME), (address + FRAME, FRAME)], [(address, 2 * FRAME)])
+        ledger = ledger or WriteLedger()
+        self.link.keep_ops = frozenset({KfpyOp.WRITE})  # their acknowledgements wait for write()
+        rest, k = size - head, len(sector_blocks(address + head, size - head))
+        self.link.send(KfpyOp.HASH_LIST, address + head, struct.pack("<III", rest, SECTOR, 0))
+        for at, n in ramp:
+            if at + n <= address + head:
+                self._ahead.append(_Frame(at, data[at - address : at - address + n]))
+                ledger.sent(at, n)
+                self.link.send_packet(self._ahead[-1].packet)
+        try:
+            resp = self.link.recv(
+                KfpyOp.HASH_LIST,
+                self._hash_timeout(rest, 32 * k) * self.slowness,
+                extra_len=None,
+            )
+            p = _payload(resp)
+            if resp.status != Status.OK or len(p) != 8 + 32 * k:
+                raise _BadReply
+        except (NoResponseError, _BadReply):
+            # the usual pieces; acknowledgements of the frames ahead that arrive meanwhile
+            # are kept for write()
+            self.link.stats.retries += 1
+            self._barrier()
+            return first + self.hash_list(address + head, rest)
+        return first + [p[8 + 32 * i : 40 + 32 * i] for i in range(k)]
+
     def sha256(self, address: int, size: int) -> bytes:
         """On-board SHA-256 of a region (a 32-byte reply)."""
         self._ensure_flasher()
@@ -701,8 +752,24 @@ class KfpyStage2(Stage2):
         ]
         if self._frame_limit == FRAME:
             cuts = tapered(cuts, [(address + off, n) for off, n in blank])
-        todo = deque(_Frame(at, data[at - address : at - address + n]) for at, n in cuts)
-        inflight: deque[_Frame] = deque()
+        # frames hash_list_ahead() sent: in flight already (sent again if not acknowledged)
+        inflight = deque(
+            f
+            for f in self._ahead
+            if f.at >= address and data[f.at - address : f.at - address + len(f.chunk)] == f.chunk
+        )
+        self.link.keep_ops = frozenset()
+        if len(inflight) < len(self._ahead):  # sent ahead for another write: let them pass
+            inflight.clear()
+            self._barrier()
+            self.link.discard_input()
+        self._ahead = []
+        sent = {(f.at, len(f.chunk)) for f in inflight}
+        todo = deque(
+            _Frame(at, data[at - address : at - address + n])
+            for at, n in cuts
+            if (at, n) not in sent
+        )
         baud = self.link.port.baudrate
         streak = 0
         while todo or inflight:

@@ -230,6 +230,13 @@ class Stage2(ABC):
         self._require(CAP_HASH, "hash flash on the board")
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def hash_list_ahead(
+        self, address: int, data: bytes, ledger: WriteLedger | None = None
+    ) -> list[bytes]:
+        """:meth:`hash_list` of the range ``data`` is about to be written to; a client
+        may start that write meanwhile (recording what it sends in ``ledger``)."""
+        return self.hash_list(address, len(data))
+
 
 def check_sector_range(address: int, size: int, what: str) -> None:
     """Erase ranges must start and end on 4 KiB sectors."""
