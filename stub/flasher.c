@@ -136,6 +136,7 @@ static void rx_byte(u8 c)
 }
 
 static u32 quiet; /* idle polls since the last received byte */
+static void bg_service(void);
 
 void uart_poll(void)
 {
@@ -143,6 +144,7 @@ void uart_poll(void)
         rx_byte((u8)UART_RBR);
         quiet = 0;
     }
+    bg_service();
 }
 
 /* Wait a little, serving the link: every microsecond while bytes are flowing (a full
@@ -198,7 +200,7 @@ static u32 crc32_polled(const u8 *p, u32 n)
 {
     u32 crc = 0;
     while (n) {
-        u32 k = n < 1024 ? n : 1024;
+        u32 k = n < 256 ? n : 256; /* 256 B take ~5 us: room for a background step */
         crc = crc32_table(crc, p, k);
         p += k;
         n -= k;
@@ -643,6 +645,108 @@ static void flash_init(void)
 /* ------------------------------------------------------------ flash jobs -- */
 
 
+/* ------------------------------------------------- background programming -- */
+
+/* A write frame that needs no erase (a first burn) programs its pages in the
+ * background: the next frame's CRC check and decoding run meanwhile, and each of their
+ * link polls issues the next page once the flash is done with the last one (read back
+ * first, as always). Its acknowledgement goes out when its last page is checked
+ * (bg_finish), before anything else is answered; the next frame's own flash work waits
+ * for that. Only with checked quad programs, for a frame that is one whole unit
+ * (B5/B6 of at most a block, as the host sends them). */
+#define MTIME (*(volatile u64 *)0x0200BFF8u) /* CLINT timer: CPU clock / 50 */
+#define TICKS(us) ((us) * (CPU_HZ / 50u / 1000u) / 1000u) /* CLINT ticks in us microseconds */
+
+struct pending {
+    u8 op, st, ext, digest;
+    u32 a, n;
+    u8 dg[32]; /* write frames: SHA-256 of the data, checked on the flash (see page_check) */
+    u32 erased;
+};
+
+static struct {
+    u32 base, pg, end; /* the unit, the next page and the end (offsets in unit_buf) */
+    u64 due;           /* when to read the status of the page in flight */
+    int deferred;      /* an acknowledgement is owed (pend) */
+    int active;        /* pages left to program or check */
+    int busy, allowed, in;
+    int may;           /* the frame being handled may be deferred */
+    struct pending pend;
+} bg;
+
+static void bg_service(void)
+{
+    if (!bg.active || !bg.allowed || bg.in)
+        return;
+    bg.in = 1;
+    if (bg.busy) {
+        /* the status is read at the typical page time, then every 50 us: a few reads
+         * per page, not a poll between every few decoded symbols */
+        if (MTIME < bg.due) {
+            digest_step();
+            bg.in = 0;
+            return;
+        }
+        if (flash_sr1() & 1) {
+            bg.due = MTIME + TICKS(50u);
+            bg.in = 0;
+            return;
+        }
+        page_check(bg.base + bg.pg, unit_buf + bg.pg);
+        bg.busy = 0;
+        bg.pg += PAGE;
+    }
+    while (bg.pg < bg.end && !page_dirty[bg.pg / PAGE])
+        bg.pg += PAGE;
+    if (bg.pg < bg.end) {
+        flash_simple(0x06);
+        spi_write_quad(bg.base + bg.pg, unit_buf + bg.pg, PAGE);
+        bg.due = MTIME + TICKS(680u); /* about the typical page program time */
+        bg.busy = 1;
+    } else {
+        bg.active = 0;
+    }
+    bg.in = 0;
+}
+
+/* defer the programming of the unit just merged; 0 if this write must not be */
+static int bg_start(u32 base, u32 size, u32 lo, u32 hi)
+{
+    if (!bg.may || quad <= 0 || quad_prog <= 0 || wd_left != hi - lo)
+        return 0;
+    bg.may = 0;
+    wd_src = unit_buf + (lo - base); /* the frame's bytes, merged: its data is reused */
+    bg.base = base;
+    bg.pg = 0;
+    bg.end = size;
+    bg.busy = 0;
+    bg.active = bg.deferred = 1;
+    return 1;
+}
+
+/* let `allowed` background work run while fn is busy elsewhere (CRC, decoding) */
+static void bg_allow(int on)
+{
+    bg.allowed = on && bg.deferred;
+}
+
+static void answer(struct pending *p);
+static void write_done(struct pending *pend, u8 bad);
+
+/* finish the deferred frame: its pages, its digest, its acknowledgement */
+static void bg_finish(void)
+{
+    if (!bg.deferred)
+        return;
+    bg.allowed = 1;
+    while (bg.active)
+        uart_poll();
+    bg.allowed = 0;
+    bg.deferred = 0;
+    write_done(&bg.pend, ST_BAD_CHECK);
+    answer(&bg.pend);
+}
+
 /* typical busy times (us) of a 4 KiB erase, a 64 KiB erase and a page program: the
  * datasheet figures of the 25-series chips these boards carry */
 #define T_SECTOR_ERASE 45000u
@@ -711,10 +815,14 @@ static u32 count_data_pages(const u8 *p, u32 n)
  * and blank areas cost a read, not an erase; pages that do not change are not
  * programmed. When some sectors need an erase, the whole block is erased (and its
  * data pages programmed again) if that is quicker than erasing those sectors. */
+static int bg_start(u32 base, u32 size, u32 lo, u32 hi);
+
 static void write_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src)
 {
     u8 sec_erase[BLOCK / SECTOR];
     u32 n_erase = merge_unit(base, size, lo, hi, src, sec_erase);
+    if (!n_erase && bg_start(base, size, lo, hi))
+        return;
     if (n_erase && size == BLOCK) {
         u32 by_sector = n_erase * T_SECTOR_ERASE, by_block = T_BLOCK_ERASE;
         for (u32 sec = 0; sec < BLOCK / SECTOR; sec++) {
@@ -992,13 +1100,6 @@ static void reboot(void)
 
 /* Handle one frame. Replies that must not hold the slot (write acknowledgements,
  * which let the host send the next frame into it) are returned in *pend. */
-struct pending {
-    u8 op, st, ext, digest;
-    u32 a, n;
-    u8 dg[32]; /* write frames: SHA-256 of the data, checked on the flash (see page_check) */
-    u32 erased;
-};
-
 /* end a write: its digest for the acknowledgement, or the status of a failed check */
 static void write_done(struct pending *pend, u8 bad)
 {
@@ -1019,6 +1120,7 @@ static void handle(struct slot *sl, struct pending *pend)
     pend->ext = 0;
     pend->digest = 0;
     if (n < 16 || f[1]) {
+        bg_finish();
         if (op == OP_NOP || op == OP_STATUS) {
             return;
         } else if (op == OP_REBOOT && n >= 13) {
@@ -1031,7 +1133,17 @@ static void handle(struct slot *sl, struct pending *pend)
     u32 addr = rd32(f + 8), len = rd32(f + 12);
     const u8 *d = f + 16;
     u32 dn = n - 16;
-    if (op != OP_NOP && crc32_polled(f + 8, n - 8) != rd32(f + 4)) {
+    /* while the previous frame programs: check this one and decode it if compressed */
+    bg_allow(1);
+    int crc_ok = op == OP_NOP || crc32_polled(f + 8, n - 8) == rd32(f + 4);
+    int pre = -1; /* decoded ahead: 0 ok, 1 bad */
+    u32 pre_out = 0;
+    if (bg.deferred && crc_ok && op == OP_WRITE_DEFLATE && len == dn && dn >= 4 &&
+        rd32(d) <= BLOCK)
+        pre = inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &pre_out) || pre_out != rd32(d);
+    bg_allow(0);
+    bg_finish();
+    if (!crc_ok) {
         pend->st = ST_BAD_CRC;
         return;
     }
@@ -1063,7 +1175,7 @@ static void handle(struct slot *sl, struct pending *pend)
         pend->ext = 1;
         if (!data_ok || dn < 4 || p0 > BLOCK || !in_flash(addr, p0)) {
             pend->st = ST_BAD_LEN;
-        } else if (addr % BLOCK == 0 && p0 == BLOCK && block_has_data(addr)) {
+        } else if (pre < 0 && addr % BLOCK == 0 && p0 == BLOCK && block_has_data(addr)) {
             /* a whole block over old data: erase it while the frame is decoded */
             flash_erase_start(0xD8, addr);
             int bad = inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0;
@@ -1076,11 +1188,23 @@ static void handle(struct slot *sl, struct pending *pend)
                 program_erased(addr, inflate_buf, BLOCK);
                 write_done(pend, ST_BAD_CHECK);
             }
-        } else if (inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0) {
+        } else if (pre >= 0 ? (out = pre_out, pre)
+                            : inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0) {
             pend->st = ST_BAD_WRITE;
         } else {
             digest_begin(inflate_buf, out);
+            bg.may = 1;
             write_range(addr, inflate_buf, out);
+            bg.may = 0;
+            if (bg.deferred) {
+                bg.pend.op = op;
+                bg.pend.st = pend->st;
+                bg.pend.ext = 1;
+                bg.pend.a = addr;
+                bg.pend.n = p0;
+                pend->op = 0; /* answered by bg_finish */
+                return;
+            }
             write_done(pend, ST_BAD_CHECK);
         }
         pend->n = p0;
@@ -1198,6 +1322,26 @@ static void handle(struct slot *sl, struct pending *pend)
     pend->op = 0; /* already answered */
 }
 
+static void answer(struct pending *p)
+{
+    if (!p->op)
+        return;
+    if (p->op == OP_WRITE_DEFLATE)
+        p->op = OP_WRITE; /* every write acknowledgement carries 0xB5 */
+    if (p->digest) {
+        reply_begin(p->op, p->st);
+        reply_u32(p->a);
+        reply_u32(p->n);
+        reply_bytes(p->dg, 32);
+        reply_u32(p->erased);
+        reply_end();
+    } else if (p->ext) {
+        reply_range(p->op, p->st, p->a, p->n);
+    } else {
+        reply_status(p->op, p->st);
+    }
+}
+
 int main(u32 magic, u32 boot_baud)
 {
     struct pending p;
@@ -1210,28 +1354,21 @@ int main(u32 magic, u32 boot_baud)
     }
     flash_init();
     for (;;) {
+        if (!q_count && bg.active) { /* nothing to decode meanwhile: keep programming */
+            bg_allow(1);
+            uart_poll();
+            bg_allow(0);
+            continue;
+        }
         if (!q_count) {
+            if (bg.deferred)
+                bg_finish();
             idle();
             continue;
         }
         struct slot *s = queue_pop();
         handle(s, &p);
         slot_free(s);
-        if (!p.op)
-            continue;
-        if (p.op == OP_WRITE_DEFLATE)
-            p.op = OP_WRITE; /* every write acknowledgement carries 0xB5 */
-        if (p.digest) {
-            reply_begin(p.op, p.st);
-            reply_u32(p.a);
-            reply_u32(p.n);
-            reply_bytes(p.dg, 32);
-            reply_u32(p.erased);
-            reply_end();
-        } else if (p.ext) {
-            reply_range(p.op, p.st, p.a, p.n);
-        } else {
-            reply_status(p.op, p.st);
-        }
+        answer(&p);
     }
 }
