@@ -733,15 +733,27 @@ static void bg_allow(int on)
 static void answer(struct pending *p);
 static void write_done(struct pending *pend, u8 bad);
 
+/* Nothing else to do: wait for the page in flight as flash_wait does (the link served
+ * every POLL_US, the digest advanced meanwhile), then let bg_service go on. */
+static void bg_wait(void)
+{
+    while (bg.busy && MTIME < bg.due) {
+        uart_poll();
+        if (!digest_step())
+            delay_us(POLL_US);
+    }
+    bg.allowed = 1;
+    uart_poll();
+    bg.allowed = 0;
+}
+
 /* finish the deferred frame: its pages, its digest, its acknowledgement */
 static void bg_finish(void)
 {
     if (!bg.deferred)
         return;
-    bg.allowed = 1;
     while (bg.active)
-        uart_poll();
-    bg.allowed = 0;
+        bg_wait();
     bg.deferred = 0;
     write_done(&bg.pend, ST_BAD_CHECK);
     answer(&bg.pend);
@@ -1355,9 +1367,7 @@ int main(u32 magic, u32 boot_baud)
     flash_init();
     for (;;) {
         if (!q_count && bg.active) { /* nothing to decode meanwhile: keep programming */
-            bg_allow(1);
-            uart_poll();
-            bg_allow(0);
+            bg_wait();
             continue;
         }
         if (!q_count) {
