@@ -24,7 +24,7 @@ ZIG_VERSION = "0.17.1"
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "kflashpy" / "stub"
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 CAPABILITIES = [
     "read",
     "hash",
@@ -37,6 +37,7 @@ CAPABILITIES = [
     "reboot",
     "pipelined-write",
     "identify",
+    "write-digest",
 ]
 CFLAGS = [
     "-target",

@@ -11,7 +11,7 @@
  */
 #include "flasher.h"
 
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2
 #define FW_VERSION 1
 
 #define CAP_READ (1u << 0)
@@ -24,7 +24,8 @@
 #define CAP_BAUD (1u << 7)
 #define CAP_REBOOT (1u << 8)
 #define CAP_PIPELINE (1u << 9)
-#define CAPS 0x3FFu
+#define CAP_WRITE_DIGEST (1u << 10)
+#define CAPS 0x7FFu
 
 /* kflash-compatible */
 #define OP_FLASH_ERASE 0xD3
@@ -46,13 +47,15 @@
 #define OP_CHIP_ERASE 0xB8
 
 #define NSLOT 4
-#define WRITE_WINDOW 2
+#define WRITE_WINDOW 3
 #define MAX_DATA 65536u
 #define SLOT_CAP (16 + MAX_DATA + 64)
 #define BLOCK 65536u
 #define SECTOR 4096u
 #define PAGE 256u
 #define POLL_US 10
+/* a write's pages read back from the flash differ from what was programmed */
+#define ST_BAD_CHECK 0xE8
 
 /* SRAM the host may write with SRAM_WRITE: everything below the flasher */
 #define SRAM_LO 0x80000000u
@@ -133,6 +136,7 @@ static void rx_byte(u8 c)
 }
 
 static u32 quiet; /* idle polls since the last received byte */
+static void bg_service(void);
 
 void uart_poll(void)
 {
@@ -140,6 +144,7 @@ void uart_poll(void)
         rx_byte((u8)UART_RBR);
         quiet = 0;
     }
+    bg_service();
 }
 
 /* Wait a little, serving the link: every microsecond while bytes are flowing (a full
@@ -195,7 +200,7 @@ static u32 crc32_polled(const u8 *p, u32 n)
 {
     u32 crc = 0;
     while (n) {
-        u32 k = n < 1024 ? n : 1024;
+        u32 k = n < 256 ? n : 256; /* 256 B take ~5 us: room for a background step */
         crc = crc32_table(crc, p, k);
         p += k;
         n -= k;
@@ -369,6 +374,48 @@ static u8 flash_sr1(void)
     return v;
 }
 
+/* ------------------------------------------------------------ write check -- */
+
+/* Every page a write programs or erases is read back and compared with what it should
+ * hold; the pages it leaves alone were read from the flash to merge, and held the new
+ * bytes already. A write frame's acknowledgement then carries the SHA-256 of the frame's
+ * data: the host compares it with its own, so flash == decoded data == host data, every
+ * byte, without a separate hash pass. The digest is computed 64 bytes at a time inside
+ * the flash's busy waits (a step takes about POLL_US), where the core would only spin. */
+static struct sha256 wd;
+static const u8 *wd_src;
+static u32 wd_left;
+static int wd_bad;    /* a page read back differed */
+static u32 wd_erased; /* the write erased a sector or block (bit 0 of the ack's flags) */
+
+static void digest_begin(const u8 *p, u32 n)
+{
+    sha256_init(&wd);
+    wd_src = p;
+    wd_left = n;
+    wd_bad = 0;
+    wd_erased = 0;
+}
+
+/* hash the next 64 bytes of the frame's data; 0 when there is nothing left */
+static int digest_step(void)
+{
+    if (!wd_left)
+        return 0;
+    u32 k = wd_left < 64 ? wd_left : 64;
+    sha256_update(&wd, wd_src, k);
+    wd_src += k;
+    wd_left -= k;
+    return 1;
+}
+
+static void digest_end(u8 out[32])
+{
+    while (digest_step())
+        uart_poll();
+    sha256_final(&wd, out);
+}
+
 /* Wait for the end of a program or erase. The status register is first read after
  * `expect_us` (about 60 % of the typical datasheet time: page program 0.7 ms, 4K/32K/
  * 64K erase 45/120/150 ms, status write 10 ms), serving the link meanwhile, then
@@ -377,10 +424,11 @@ static void flash_wait(u32 expect_us)
 {
     for (u32 t = 0; t < expect_us; t += POLL_US) {
         uart_poll();
-        delay_us(POLL_US);
+        if (!digest_step())
+            delay_us(POLL_US);
     }
-    while (flash_sr1() & 1)
-        idle();
+    while (flash_sr1() & 1) /* a status read takes ~0.5 us: the end is seen at once */
+        uart_poll();
 }
 
 static void flash_simple(u8 op)
@@ -392,6 +440,7 @@ static void flash_simple(u8 op)
 static void flash_erase_start(u8 op, u32 addr)
 {
     u8 c[4];
+    wd_erased = 1;
     cmd_addr(c, op, addr);
     flash_simple(0x06);
     spi_send(c, 4, 0, 0);
@@ -403,13 +452,6 @@ static void flash_erase(u8 op, u32 addr)
     flash_wait(op == 0xD8 ? 90000 : op == 0x52 ? 72000 : 27000);
 }
 
-/* one whole, page-aligned page, on one data line */
-static void flash_program_std(u32 addr, const u8 *p)
-{
-    flash_simple(0x06);
-    spi_write32((0x02u << 24) | addr, p, PAGE);
-    flash_wait(400);
-}
 
 /* Quad reads are used once the board itself has shown that they return what a
  * standard read returns: the chip's QE bit, the dummy clocks and the byte order of
@@ -476,6 +518,30 @@ static int is_blank(const u8 *p, u32 n)
     return 1;
 }
 
+/* read back the page at addr, just programmed or erased; 0 if it differs from want */
+static int page_check(u32 addr, const u8 *want)
+{
+    u8 back[PAGE] __attribute__((aligned(8)));
+    const u64 *a = (const u64 *)back, *b = (const u64 *)want;
+    flash_read(addr, back, PAGE);
+    for (u32 i = 0; i < PAGE / 8; i++)
+        if (a[i] != b[i]) {
+            wd_bad = 1;
+            return 0;
+        }
+    return 1;
+}
+
+/* one whole, page-aligned page, on one data line, then read back (on a blank chip the
+ * first page of varied data read back this way checks quad reads, see flash_read) */
+static void flash_program_std(u32 addr, const u8 *p)
+{
+    flash_simple(0x06);
+    spi_write32((0x02u << 24) | addr, p, PAGE);
+    flash_wait(400);
+    page_check(addr, p);
+}
+
 /* Page programs go over four lines once quad reads are in use (the same four wires,
  * the other way). The first such page is read back: if it differs, quad programs are
  * given up and its sector is erased and programmed again on one line. While quad
@@ -483,33 +549,41 @@ static int is_blank(const u8 *p, u32 n)
  * page of varied data programmed on one line is read back to check them. */
 static int quad_prog; /* 0 not yet checked, 1 checked, -1 not used */
 
+static void program_erased(u32 base, const u8 *src, u32 n);
+
 /* the page at base + pg; src holds the new content of the whole unit at base */
 static void flash_program(u32 base, const u8 *src, u32 pg)
 {
-    u8 back[PAGE] __attribute__((aligned(8)));
     if (quad <= 0 || quad_prog < 0) {
         flash_program_std(base + pg, src + pg);
-        if (!quad && varied(src + pg, PAGE))
-            flash_read(base + pg, back, PAGE); /* runs quad_check */
         return;
     }
     flash_simple(0x06);
     spi_write_quad(base + pg, src + pg, PAGE);
     flash_wait(400);
-    if (quad_prog)
+    if (quad_prog) {
+        page_check(base + pg, src + pg);
         return;
-    flash_read(base + pg, back, PAGE);
-    quad_prog = 1;
-    for (u32 i = 0; i < PAGE; i++)
-        if (back[i] != src[pg + i])
-            quad_prog = -1;
+    }
+    int bad = wd_bad;
+    quad_prog = page_check(base + pg, src + pg) ? 1 : -1;
+    wd_bad = bad;
     if (quad_prog > 0)
         return;
     u32 sec = pg & ~(SECTOR - 1);
     flash_erase(0x20, base + sec);
-    for (u32 q = sec; q < sec + SECTOR; q += PAGE)
-        if (!is_blank(src + q, PAGE))
-            flash_program_std(base + q, src + q);
+    program_erased(base + sec, src + sec, SECTOR);
+}
+
+/* program the pages of an erased unit that hold data; the blank ones are read back */
+static void program_erased(u32 base, const u8 *src, u32 n)
+{
+    for (u32 pg = 0; pg < n; pg += PAGE) {
+        if (!is_blank(src + pg, PAGE))
+            flash_program(base, src, pg);
+        else
+            page_check(base + pg, src + pg);
+    }
 }
 
 /* Set the quad-enable bit (SR2 bit 1 on the Winbond and GigaDevice chips these boards
@@ -570,15 +644,119 @@ static void flash_init(void)
 
 /* ------------------------------------------------------------ flash jobs -- */
 
-/* program the pages of an erased unit that hold data */
-static void program_erased(u32 base, const u8 *src, u32 n)
+
+/* ------------------------------------------------- background programming -- */
+
+/* A write frame that needs no erase (a first burn) programs its pages in the
+ * background: the next frame's CRC check and decoding run meanwhile, and each of their
+ * link polls issues the next page once the flash is done with the last one (read back
+ * first, as always). Its acknowledgement goes out when its last page is checked
+ * (bg_finish), before anything else is answered; the next frame's own flash work waits
+ * for that. Only with checked quad programs, for a frame that is one whole unit
+ * (B5/B6 of at most a block, as the host sends them). */
+#define MTIME (*(volatile u64 *)0x0200BFF8u) /* CLINT timer: CPU clock / 50 */
+#define TICKS(us) ((us) * (CPU_HZ / 50u / 1000u) / 1000u) /* CLINT ticks in us microseconds */
+
+struct pending {
+    u8 op, st, ext, digest;
+    u32 a, n;
+    u8 dg[32]; /* write frames: SHA-256 of the data, checked on the flash (see page_check) */
+    u32 erased;
+};
+
+static struct {
+    u32 base, pg, end; /* the unit, the next page and the end (offsets in unit_buf) */
+    u64 due;           /* when to read the status of the page in flight */
+    int deferred;      /* an acknowledgement is owed (pend) */
+    int active;        /* pages left to program or check */
+    int busy, allowed, in;
+    int may;           /* the frame being handled may be deferred */
+    struct pending pend;
+} bg;
+
+static void bg_service(void)
 {
-    for (u32 pg = 0; pg < n; pg += PAGE) {
-        if (!is_blank(src + pg, PAGE))
-            flash_program(base, src, pg);
-        else
-            uart_poll();
+    if (!bg.active || !bg.allowed || bg.in)
+        return;
+    bg.in = 1;
+    if (bg.busy) {
+        /* the status is read at the typical page time, then every 50 us: a few reads
+         * per page, not a poll between every few decoded symbols */
+        if (MTIME < bg.due) {
+            digest_step();
+            bg.in = 0;
+            return;
+        }
+        if (flash_sr1() & 1) {
+            bg.due = MTIME + TICKS(50u);
+            bg.in = 0;
+            return;
+        }
+        page_check(bg.base + bg.pg, unit_buf + bg.pg);
+        bg.busy = 0;
+        bg.pg += PAGE;
     }
+    while (bg.pg < bg.end && !page_dirty[bg.pg / PAGE])
+        bg.pg += PAGE;
+    if (bg.pg < bg.end) {
+        flash_simple(0x06);
+        spi_write_quad(bg.base + bg.pg, unit_buf + bg.pg, PAGE);
+        bg.due = MTIME + TICKS(680u); /* about the typical page program time */
+        bg.busy = 1;
+    } else {
+        bg.active = 0;
+    }
+    bg.in = 0;
+}
+
+/* defer the programming of the unit just merged; 0 if this write must not be */
+static int bg_start(u32 base, u32 size, u32 lo, u32 hi)
+{
+    if (!bg.may || quad <= 0 || quad_prog <= 0 || wd_left != hi - lo)
+        return 0;
+    bg.may = 0;
+    wd_src = unit_buf + (lo - base); /* the frame's bytes, merged: its data is reused */
+    bg.base = base;
+    bg.pg = 0;
+    bg.end = size;
+    bg.busy = 0;
+    bg.active = bg.deferred = 1;
+    return 1;
+}
+
+/* let `allowed` background work run while fn is busy elsewhere (CRC, decoding) */
+static void bg_allow(int on)
+{
+    bg.allowed = on && bg.deferred;
+}
+
+static void answer(struct pending *p);
+static void write_done(struct pending *pend, u8 bad);
+
+/* Nothing else to do: wait for the page in flight as flash_wait does (the link served
+ * every POLL_US, the digest advanced meanwhile), then let bg_service go on. */
+static void bg_wait(void)
+{
+    while (bg.busy && MTIME < bg.due) {
+        uart_poll();
+        if (!digest_step())
+            delay_us(POLL_US);
+    }
+    bg.allowed = 1;
+    uart_poll();
+    bg.allowed = 0;
+}
+
+/* finish the deferred frame: its pages, its digest, its acknowledgement */
+static void bg_finish(void)
+{
+    if (!bg.deferred)
+        return;
+    while (bg.active)
+        bg_wait();
+    bg.deferred = 0;
+    write_done(&bg.pend, ST_BAD_CHECK);
+    answer(&bg.pend);
 }
 
 /* typical busy times (us) of a 4 KiB erase, a 64 KiB erase and a page program: the
@@ -590,7 +768,9 @@ static void program_erased(u32 base, const u8 *src, u32 n)
 /* Merge src (the new bytes of [lo, hi)) into the unit at base, read from the flash
  * page by page; mark pages that change and sectors that need an erase (a bit from 0
  * to 1). A unit the range covers whole stops reading once an erase is certain: its
- * old content is then replaced entirely. Returns the number of sectors to erase. */
+ * old content is then replaced entirely. Pages outside the range are read only when
+ * something is erased (their old bytes are then programmed again). Returns the number
+ * of sectors to erase. */
 static u32 merge_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src, u8 *sec_erase)
 {
     int whole = lo == base && hi == base + size;
@@ -611,8 +791,10 @@ static u32 merge_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src, u8 *sec
             uart_poll();
             continue;
         }
-        flash_read(base + pg, u, PAGE);
         page_dirty[pg / PAGE] = 0;
+        if (base + pg + PAGE <= lo || base + pg >= hi)
+            continue;
+        flash_read(base + pg, u, PAGE);
         u32 a = base + pg > lo ? base + pg : lo;
         u32 b = base + pg + PAGE < hi ? base + pg + PAGE : hi;
         for (u32 x = a; x < b; x++) {
@@ -627,6 +809,9 @@ static u32 merge_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src, u8 *sec
             }
         }
     }
+    for (u32 pg = 0; n_erase && pg < size; pg += PAGE)
+        if (base + pg + PAGE <= lo || base + pg >= hi)
+            flash_read(base + pg, unit_buf + pg, PAGE);
     return n_erase;
 }
 
@@ -642,10 +827,14 @@ static u32 count_data_pages(const u8 *p, u32 n)
  * and blank areas cost a read, not an erase; pages that do not change are not
  * programmed. When some sectors need an erase, the whole block is erased (and its
  * data pages programmed again) if that is quicker than erasing those sectors. */
+static int bg_start(u32 base, u32 size, u32 lo, u32 hi);
+
 static void write_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src)
 {
     u8 sec_erase[BLOCK / SECTOR];
     u32 n_erase = merge_unit(base, size, lo, hi, src, sec_erase);
+    if (!n_erase && bg_start(base, size, lo, hi))
+        return;
     if (n_erase && size == BLOCK) {
         u32 by_sector = n_erase * T_SECTOR_ERASE, by_block = T_BLOCK_ERASE;
         for (u32 sec = 0; sec < BLOCK / SECTOR; sec++) {
@@ -923,10 +1112,15 @@ static void reboot(void)
 
 /* Handle one frame. Replies that must not hold the slot (write acknowledgements,
  * which let the host send the next frame into it) are returned in *pend. */
-struct pending {
-    u8 op, st, ext;
-    u32 a, n;
-};
+/* end a write: its digest for the acknowledgement, or the status of a failed check */
+static void write_done(struct pending *pend, u8 bad)
+{
+    digest_end(pend->dg);
+    pend->digest = pend->ext;
+    pend->erased = wd_erased;
+    if (wd_bad)
+        pend->st = bad;
+}
 
 static void handle(struct slot *sl, struct pending *pend)
 {
@@ -936,7 +1130,9 @@ static void handle(struct slot *sl, struct pending *pend)
     pend->op = op;
     pend->st = ST_OK;
     pend->ext = 0;
+    pend->digest = 0;
     if (n < 16 || f[1]) {
+        bg_finish();
         if (op == OP_NOP || op == OP_STATUS) {
             return;
         } else if (op == OP_REBOOT && n >= 13) {
@@ -949,7 +1145,17 @@ static void handle(struct slot *sl, struct pending *pend)
     u32 addr = rd32(f + 8), len = rd32(f + 12);
     const u8 *d = f + 16;
     u32 dn = n - 16;
-    if (op != OP_NOP && crc32_polled(f + 8, n - 8) != rd32(f + 4)) {
+    /* while the previous frame programs: check this one and decode it if compressed */
+    bg_allow(1);
+    int crc_ok = op == OP_NOP || crc32_polled(f + 8, n - 8) == rd32(f + 4);
+    int pre = -1; /* decoded ahead: 0 ok, 1 bad */
+    u32 pre_out = 0;
+    if (bg.deferred && crc_ok && op == OP_WRITE_DEFLATE && len == dn && dn >= 4 &&
+        rd32(d) <= BLOCK)
+        pre = inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &pre_out) || pre_out != rd32(d);
+    bg_allow(0);
+    bg_finish();
+    if (!crc_ok) {
         pend->st = ST_BAD_CRC;
         return;
     }
@@ -968,29 +1174,50 @@ static void handle(struct slot *sl, struct pending *pend)
     case OP_FLASH_WRITE:
     case OP_WRITE:
         pend->ext = op == OP_WRITE;
-        if (!data_ok || !in_flash(addr, len))
+        if (!data_ok || !in_flash(addr, len)) {
             pend->st = ST_BAD_LEN;
-        else
+        } else {
+            digest_begin(d, len);
             write_range(addr, d, len);
+            write_done(pend, pend->ext ? ST_BAD_CHECK : ST_BAD_WRITE);
+        }
         return;
     case OP_WRITE_DEFLATE: {
         u32 out = 0;
         pend->ext = 1;
         if (!data_ok || dn < 4 || p0 > BLOCK || !in_flash(addr, p0)) {
             pend->st = ST_BAD_LEN;
-        } else if (addr % BLOCK == 0 && p0 == BLOCK && block_has_data(addr)) {
+        } else if (pre < 0 && addr % BLOCK == 0 && p0 == BLOCK && block_has_data(addr)) {
             /* a whole block over old data: erase it while the frame is decoded */
             flash_erase_start(0xD8, addr);
             int bad = inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0;
             flash_wait(0);
-            if (bad)
+            if (bad) {
                 pend->st = ST_BAD_WRITE;
-            else
+            } else {
+                digest_begin(inflate_buf, out);
+                wd_erased = 1;
                 program_erased(addr, inflate_buf, BLOCK);
-        } else if (inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0) {
+                write_done(pend, ST_BAD_CHECK);
+            }
+        } else if (pre >= 0 ? (out = pre_out, pre)
+                            : inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0) {
             pend->st = ST_BAD_WRITE;
         } else {
+            digest_begin(inflate_buf, out);
+            bg.may = 1;
             write_range(addr, inflate_buf, out);
+            bg.may = 0;
+            if (bg.deferred) {
+                bg.pend.op = op;
+                bg.pend.st = pend->st;
+                bg.pend.ext = 1;
+                bg.pend.a = addr;
+                bg.pend.n = p0;
+                pend->op = 0; /* answered by bg_finish */
+                return;
+            }
+            write_done(pend, ST_BAD_CHECK);
         }
         pend->n = p0;
         return;
@@ -1107,6 +1334,26 @@ static void handle(struct slot *sl, struct pending *pend)
     pend->op = 0; /* already answered */
 }
 
+static void answer(struct pending *p)
+{
+    if (!p->op)
+        return;
+    if (p->op == OP_WRITE_DEFLATE)
+        p->op = OP_WRITE; /* every write acknowledgement carries 0xB5 */
+    if (p->digest) {
+        reply_begin(p->op, p->st);
+        reply_u32(p->a);
+        reply_u32(p->n);
+        reply_bytes(p->dg, 32);
+        reply_u32(p->erased);
+        reply_end();
+    } else if (p->ext) {
+        reply_range(p->op, p->st, p->a, p->n);
+    } else {
+        reply_status(p->op, p->st);
+    }
+}
+
 int main(u32 magic, u32 boot_baud)
 {
     struct pending p;
@@ -1119,20 +1366,19 @@ int main(u32 magic, u32 boot_baud)
     }
     flash_init();
     for (;;) {
+        if (!q_count && bg.active) { /* nothing to decode meanwhile: keep programming */
+            bg_wait();
+            continue;
+        }
         if (!q_count) {
+            if (bg.deferred)
+                bg_finish();
             idle();
             continue;
         }
         struct slot *s = queue_pop();
         handle(s, &p);
         slot_free(s);
-        if (!p.op)
-            continue;
-        if (p.op == OP_WRITE_DEFLATE)
-            p.op = OP_WRITE; /* every write acknowledgement carries 0xB5 */
-        if (p.ext)
-            reply_range(p.op, p.st, p.a, p.n);
-        else
-            reply_status(p.op, p.st);
+        answer(&p);
     }
 }

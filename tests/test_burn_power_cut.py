@@ -10,9 +10,9 @@ import pytest
 
 import kflashpy
 from kflashpy.errors import KflashError
-from kflashpy.isp import burn as burn_mod
 from kflashpy.isp.burn import WriteRegion, burn_on
 from kflashpy.isp.kept import kept_dir
+from kflashpy.isp.kfpy_stage2 import KfpyStage2
 from kflashpy.sim.flash import NorFlash
 
 pytest.importorskip("kflashpy.sim.core")
@@ -91,19 +91,21 @@ def test_power_cut_in_the_last_sector_is_reported_and_repaired(tmp_path, monkeyp
 
 def test_a_cut_after_the_last_frame_says_nothing_is_half_written(tmp_path, monkeypatch):
     monkeypatch.setenv("KFLASHPY_STATE_DIR", str(tmp_path / "state"))
-    verified_at = []
-    verify = burn_mod._verify
+    written_at = []
+    write = KfpyStage2.write
 
-    def record(s2, region):
-        verified_at.append(s2.link.now())
-        verify(s2, region)
+    def record(s2, *args, **kw):
+        write(s2, *args, **kw)
+        written_at.append(s2.link.now())
 
     with monkeypatch.context() as m:
-        m.setattr(burn_mod, "_verify", record)
+        m.setattr(KfpyStage2, "write", record)
         _burn(_board_image(tmp_path / "dry.img"))
     img = _board_image(tmp_path / "b.img")
-    with pytest.raises(KflashError) as e:  # the board dies while hashing the region
-        _burn(img, f"&power_cut={verified_at[0] + 0.001!r}")
+    # every frame acknowledged (and checked on the flash): the board dies while the
+    # kept neighbour bytes are compared with the flash
+    with pytest.raises(KflashError) as e:
+        _burn(img, f"&power_cut={written_at[0] + 1e-5!r}")
     assert e.value.at_risk == []
     assert "no frame was waiting for its answer" in e.value.hint
     flash = img.read_bytes()

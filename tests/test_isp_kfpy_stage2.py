@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from kflashpy.errors import ProtocolError
-from kflashpy.isp.burn import WriteRegion, _pieces
+from kflashpy.isp.burn import WriteRegion, _checked_on_write, _pieces
 from kflashpy.isp.frames import Response, crc32, parse_request
 from kflashpy.isp.kfpy_stage2 import (
     FlasherInfo,
@@ -18,8 +18,9 @@ from kflashpy.isp.kfpy_stage2 import (
     _BadReply,
     _Frame,
     _payload,
+    tapered,
 )
-from kflashpy.isp.stage2 import join_pieces, sector_blocks
+from kflashpy.isp.stage2 import WriteLedger, join_pieces, sector_blocks
 
 
 def test_sector_blocks_split_at_absolute_boundaries():
@@ -41,20 +42,79 @@ class _Hashes:
     def hash_list(self, address, size):
         return self.digests
 
+    def hash_list_ahead(self, address, data, ledger=None):
+        return self.hash_list(address, len(data))
+
 
 def test_pipeline_sends_only_changed_sectors_in_frames_that_never_cross_64k():
     data = bytes(range(256)) * (0x30000 // 256)
     old = [hashlib.sha256(data[o : o + n]).digest() for o, n in sector_blocks(0xF000, len(data))]
     for i in (0, 1, 2, 20):  # sectors at 0xF000, 0x10000, 0x11000, 0x23000
         old[i] = b"stale"
-    pieces = _pieces(_Hashes(old), WriteRegion(0xF000, data), skip_unchanged=True)
+    old[3] = hashlib.sha256(b"\xff" * 0x1000).digest()  # 0x12000 reads erased
+    pieces, blank = _pieces(_Hashes(old), WriteRegion(0xF000, data), skip_unchanged=True)
+    assert blank == [(0x3000, 0x1000)]
     frames = join_pieces(0xF000, pieces)
     assert [(0xF000 + off, n) for off, n in frames] == [
         (0xF000, 0x1000),
-        (0x10000, 0x2000),
+        (0x10000, 0x3000),
         (0x23000, 0x1000),
     ]
     assert all((0xF000 + o) // 0x10000 == (0xF000 + o + n - 1) // 0x10000 for o, n in frames)
+
+
+def _frames_ok(cuts, taper):
+    """Same bytes, in order, cut at sectors (or the ends), no frame across 64 KiB."""
+    assert [x for at, n in taper for x in range(at, at + n)] == [
+        x for at, n in cuts for x in range(at, at + n)
+    ]
+    for at, n in taper:
+        assert 0 < n <= 0x10000 and at // 0x10000 == (at + n - 1) // 0x10000
+        assert at % 0x1000 == 0 or (at, n) == taper[0] or any(at == a for a, _ in cuts)
+
+
+def test_frames_over_erased_flash_grow_from_the_start_and_shrink_to_the_end():
+    at, size = 0x300000, 1352588  # ends inside a sector
+    cuts = [(at + o, n) for o, n in sector_blocks(at, size, 0x10000)]
+    taper = tapered(cuts, [(at, 0x200000)])
+    _frames_ok(cuts, taper)
+    sizes = [n for _, n in taper]
+    assert sizes[:4] == [0x1000, 0x1000, 0x2000, 0x3000] and max(sizes) == 0x10000
+    assert taper[-2:] == [(0x449000, 0x1000), (0x44A000, at + size - 0x44A000)]
+    # down to 16 KiB, each frame after the ramp at most 1.5x the next two on the wire
+    tail = sizes[sizes.index(0x10000) :]
+    assert all(
+        a <= 1.5 * (b + c) for a, b, c in zip(tail, tail[1:], tail[2:], strict=False) if a > 0x4000
+    )
+    # over old data (or where the hash list did not show erased flash) nothing changes
+    assert tapered(cuts, []) == cuts
+    assert tapered(cuts, [(at, 0x10000)]) == cuts
+    # a single short frame: sectors
+    assert tapered([(0, 5000)], [(0, 0x2000)]) == [(0, 0x1000), (0x1000, 904)]
+
+
+def test_ack_digest_proves_the_region_unless_an_erase_reaches_another_frame():
+    s2 = KfpyStage2.__new__(KfpyStage2)
+    region = WriteRegion(0x10000, bytes(0x20000))
+    frames = [(0x10000, 0x1000), (0x11000, 0x7000), (0x18000, 0x8000), (0x20000, 0x10000)]
+    ledger = WriteLedger()
+    for at, n in frames:
+        ledger.sent(at, n)
+        ledger.ack(at, n, checked=True, erased=False)
+    assert _checked_on_write(s2, region, ledger)
+    # a frame that erased: its 64 KiB block also holds the other frames of that block
+    ledger.checked[1] = (0x11000, 0x7000, True)
+    assert not _checked_on_write(s2, region, ledger)
+    # one that erased a block of its own is fine
+    ledger.checked[1] = (0x11000, 0x7000, False)
+    ledger.checked[3] = (0x20000, 0x10000, True)
+    assert _checked_on_write(s2, region, ledger)
+    # an acknowledgement without a digest, or a frame never acknowledged: hash it
+    ledger.ack(0x30000, 0x100)
+    assert not _checked_on_write(s2, region, ledger)
+    ledger = WriteLedger(checked=[(0x10000, 0x20000, False)])
+    ledger.sent(0x30000, 0x100)
+    assert not _checked_on_write(s2, region, ledger)
 
 
 def test_erase_units_follow_the_flasher():

@@ -186,6 +186,76 @@ def test_burn_pipeline_verifies_and_skips_unchanged(tmp_path):
     assert len(zlib.compress(model)) < len(model)  # went out as deflate frames
 
 
+def _burn_counting_hashes(url: str, data: bytes, at: int, monkeypatch):
+    """Burn ``data`` at ``at``; return the result and how many whole-region hashes ran."""
+    hashes = []
+    real = KfpyStage2.sha256
+
+    def counting(self, address, size):
+        hashes.append((address, size))
+        return real(self, address, size)
+
+    monkeypatch.setattr(KfpyStage2, "sha256", counting)
+    with connect(url, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        return burn_on(d, [WriteRegion(at, data, "app")], reboot=False), hashes
+
+
+def test_write_acknowledgements_verify_the_flash_without_a_hash_pass(tmp_path, monkeypatch):
+    """Every frame comes back with the digest of what the board read back: a burn on a
+    blank chip needs no separate hash of the region, a burn over old data whose frames
+    share blocks does (an erase may rewrite bytes another frame checked)."""
+    data = _mixed(0x28000, 40)
+    img = tmp_path / "board.img"
+    img.write_bytes(b"\xff" * (16 << 20))
+    result, hashes = _burn_counting_hashes(f"{SIM}&flash={img}", data, 0x300000, monkeypatch)
+    assert result.regions[0].verified == "sha256" and hashes == []
+    assert img.read_bytes()[0x300000 : 0x300000 + len(data)] == data
+    changed = bytes(b ^ 0x33 for b in data[:0x1800]) + data[0x1800:]  # two sectors differ
+    result, hashes = _burn_counting_hashes(f"{SIM}&flash={img}", changed, 0x300000, monkeypatch)
+    assert result.regions[0].verified == "sha256" and hashes == [(0x300000, len(data))]
+    assert img.read_bytes()[0x300000 : 0x300000 + len(data)] == changed
+
+
+def test_first_frames_go_out_while_the_board_checks_a_blank_region(tmp_path):
+    """On erased flash the first (small) frames follow the hash-list request at once and
+    are written right after it; over data nothing is sent before the list is back."""
+    data = _mixed(0x30000, 41)
+    img = tmp_path / "board.img"
+    img.write_bytes(b"\xff" * (16 << 20))
+    for expect_ahead in (True, False):
+        with connect(f"{SIM}&flash={img}", board="maix-bit", baud=3000000, stub="kflashpy") as d:
+            log: list[tuple[str, int]] = []
+            d.stage2.link.trace = lambda way, frame, log=log: log.append((way, frame[0]))
+            data = bytes(b ^ 0x5A for b in data)  # new content every round
+            result = burn_on(d, [WriteRegion(0x300000, data, "app")], reboot=False)
+        assert result.regions[0].status == "written"
+        assert img.read_bytes()[0x300000 : 0x300000 + len(data)] == data
+        first_write = log.index(("tx", 0xB6))
+        last_list = max(i for i, x in enumerate(log) if x == ("rx", 0xB4))
+        assert (first_write < last_list) is expect_ahead
+
+
+def test_a_page_that_programs_wrong_fails_the_burn(tmp_path, monkeypatch):
+    """The flash keeps a bit at 1 in one page: the read-back after programming catches it,
+    the acknowledgement says so (E8) and the burn stops with a verify error."""
+    from kflashpy.errors import VerifyError
+    from kflashpy.sim.flash import NorFlash
+
+    real = NorFlash._program
+
+    def stuck(self, address, body, clocked, now):
+        if address & ~0xFF == 0x305000:
+            body = bytes([body[0] | 0x01]) + body[1:]
+        return real(self, address, body, clocked, now)
+
+    monkeypatch.setattr(NorFlash, "_program", stuck)
+    data = bytes(range(256)) * 0x100  # every page's first byte is even
+    img = tmp_path / "board.img"
+    img.write_bytes(b"\xff" * (16 << 20))
+    with pytest.raises(VerifyError, match="read back other bytes"):
+        _burn_counting_hashes(f"{SIM}&flash={img}", data, 0x300000, monkeypatch)
+
+
 def test_cli_read_verify_flash_id(tmp_path, capsys):
     data = _mixed(9000, 3)
     img = tmp_path / "board.img"

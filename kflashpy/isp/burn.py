@@ -277,23 +277,30 @@ def _interrupted(results: list[RegionResult], at_risk: list[AtRisk]) -> Interrup
     return error
 
 
-def _pieces(s2: Stage2, region: WriteRegion, skip_unchanged: bool) -> list[tuple[int, int]]:
-    """The ``(offset, length)`` sector pieces of a region that differ from the flash.
+def _pieces(
+    s2: Stage2, region: WriteRegion, skip_unchanged: bool, ledger: WriteLedger | None = None
+) -> tuple[Pieces, Pieces]:
+    """The ``(offset, length)`` sector pieces of a region that differ from the flash,
+    and those the flash holds erased.
 
     The board hashes the region sector by sector (one pass) where that can spare
     sectors; a small region is compared whole. ``[]``: the flash already holds it.
     """
     data, size = region.data, len(region.data)
     if size >= 2 * SECTOR and (skip_unchanged or size >= BLOCK_SIZE):
-        old = s2.hash_list(region.address, size)
-        return [
-            (off, n)
-            for (off, n), d in zip(sector_blocks(region.address, size), old, strict=True)
-            if hashlib.sha256(data[off : off + n]).digest() != d
-        ]
+        old = s2.hash_list_ahead(region.address, data, ledger)
+        sectors = list(zip(sector_blocks(region.address, size), old, strict=True))
+        return (
+            [
+                (off, n)
+                for (off, n), d in sectors
+                if hashlib.sha256(data[off : off + n]).digest() != d
+            ],
+            [(off, n) for (off, n), d in sectors if d == hashlib.sha256(b"\xff" * n).digest()],
+        )
     if skip_unchanged and s2.sha256(region.address, size) == hashlib.sha256(data).digest():
-        return []
-    return [(0, size)]
+        return [], []
+    return [(0, size)], []
 
 
 def _outside(s2: Stage2, region: WriteRegion, pieces: Pieces) -> list[tuple[int, int]]:
@@ -357,7 +364,7 @@ def write_regions(
         sink = [0]
         start = dev.link.now()
         try:
-            pieces = _pieces(s2, region, skip_unchanged) if hashing else None
+            pieces, blank = _pieces(s2, region, skip_unchanged, ledger) if hashing else (None, [])
             if pieces == [] and skip_unchanged:
                 kept = KeptBytes.load(board, region.address, region.data) if keeping else None
                 if kept is not None:
@@ -372,12 +379,14 @@ def write_regions(
                 _labelled(progress, region.label, sink),
                 pieces=pieces,
                 ledger=ledger,
+                blank=join_pieces(region.address, blank, 1 << 32),
             )
             res.status, res.done = "written", len(region.data)
             res.seconds = dev.link.now() - start
             res.verified = "frame-crc"
             if hashing:
-                _verify(s2, region)
+                if not _checked_on_write(s2, region, ledger):
+                    _verify(s2, region)
                 res.verified = "sha256"
             if kept is not None:
                 _restore(s2, kept, ledger)
@@ -406,6 +415,29 @@ def write_regions(
             e.at_risk = at_risk  # type: ignore[attr-defined]
             raise
     return results
+
+
+def _checked_on_write(s2: Stage2, region: WriteRegion, ledger: WriteLedger) -> bool:
+    """Did the write's acknowledgements already verify the region on the flash?
+
+    Yes when every frame came back with an on-board digest equal to ours (its pages read
+    back after writing, see :class:`WriteLedger`) and no frame that erased has an erase
+    unit reaching into another part of the region: it could otherwise have erased and
+    rewritten bytes an earlier frame checked, or sectors left alone as unchanged (whose
+    digests in the hash list were their check). A frame that erased nothing programmed
+    only the pages of its own range. Then a separate hash of the region would only
+    repeat what is proven, so it is skipped.
+    """
+    if ledger.pending or ledger.unchecked or not ledger.checked:
+        return False
+    for at, n, erased in ledger.checked:
+        if not erased:  # it programmed only pages of its own range
+            continue
+        for s, e in s2.erase_units(at, n):
+            lo, hi = max(s, region.address), min(e, region.end)
+            if lo < hi and (lo < at or hi > at + n):
+                return False
+    return True
 
 
 def _verify(s2: Stage2, region: WriteRegion) -> None:

@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..errors import NoResponseError, ProtocolError
+from ..errors import NoResponseError, ProtocolError, VerifyError
 from ..progress import Progress, ProgressFn, report
 from ..stub import FlasherBuild
 from ..stub import load as load_build
@@ -94,7 +94,12 @@ MIN_READ_CHUNK = 256
 READ_WINDOW = 8
 #: sectors per hash-list request: a 2 KiB reply; halved after a damaged or lost one
 HASH_PIECE = 64
+#: sectors at the start of a region checked first: where they read erased, the first
+#: frames of the write go out while the board checks the rest (:meth:`hash_list_ahead`)
+HEAD_SECTORS = 4
 RETRIES = 6
+#: a write acknowledgement's status when the pages read back differ (flasher protocol 2)
+WRITE_CHECK_FAILED = 0xE8
 FLASH_S_PER_FRAME = TIMEOUTS["flash_per_frame"]
 ACK_TIMEOUT = TIMEOUTS["ack"]  # a late ack only costs a (harmless) resend
 HASH_S_PER_MB = TIMEOUTS["hash_per_mb"]
@@ -189,6 +194,90 @@ class _Frame:
             self.packet = build_request(KfpyOp.WRITE, at, chunk)
 
 
+def _digest_matches(frame: _Frame, digest: bytes) -> bool:
+    """A write acknowledgement's digest is the SHA-256 of the frame's data as the board
+    decoded it, every page of it read back from the flash and compared after writing
+    (docs/flasher-protocol.md, B5): equal to ours, the frame is verified on the flash."""
+    if hashlib.sha256(frame.chunk).digest() == digest:
+        return True
+    raise VerifyError(
+        f"write of {len(frame.chunk)} B at 0x{frame.at:08X}: the board wrote other bytes "
+        "than were sent (its digest of the frame differs)",
+        "burn again; if it repeats, lower the baud rate (-b)",
+    )
+
+
+#: frame sizes from either end of a write over erased flash: each about 1.5x the one
+#: before, so that the two frames queued behind a frame the board is writing take at
+#: least as long on the wire as that frame takes to write (at 1.5-3 Mbaud)
+TAPER = tuple(k * SECTOR for k in (1, 1, 2, 3, 4, 6, 8, 12))
+
+
+def tapered(cuts: list[tuple[int, int]], blank: Pieces) -> list[tuple[int, int]]:
+    """Re-cut the frames at the ends of a write that go to erased flash into frames that
+    grow from the start (:data:`TAPER`) and shrink towards the end: the board starts
+    programming after a short first frame, and once the last byte has arrived it has only
+    a sector left to program. Frames still end at sectors and never cross a 64 KiB block.
+
+    Only over erased flash: over old data each frame of a block would erase again.
+    ``cuts`` are the ``(address, length)`` frames in order, ``blank`` the erased ranges.
+    """
+    groups: list[list[int]] = []  # [start, end] of runs of contiguous frames
+    for at, n in cuts:
+        if groups and groups[-1][1] == at:
+            groups[-1][1] = at + n
+        else:
+            groups.append([at, at + n])
+
+    def erased(lo: int, hi: int) -> bool:
+        return any(b <= lo and hi <= b + m for b, m in blank)
+
+    def plain(lo: int, hi: int) -> list[tuple[int, int]]:
+        return [(lo + off, n) for off, n in sector_blocks(lo, hi - lo, FRAME)]
+
+    def ramp(lo: int, hi: int) -> tuple[list[tuple[int, int]], int]:
+        out, pos = [], lo
+        for size in TAPER:
+            if pos >= hi:
+                break
+            cut = max((pos + size) // SECTOR * SECTOR, pos - pos % SECTOR + SECTOR)
+            cut = min(cut, hi, pos - pos % FRAME + FRAME)
+            out.append((pos, cut - pos))
+            pos = cut
+        return out, pos
+
+    def ladder(lo: int, hi: int) -> tuple[list[tuple[int, int]], int]:
+        out, pos = [], hi
+        for size in TAPER:
+            if pos <= lo:
+                break
+            cut = -(-(pos - size) // SECTOR) * SECTOR
+            cut = max(cut if cut < pos else (pos - 1) // SECTOR * SECTOR, lo)
+            start = max(lo, (pos - 1) // FRAME * FRAME)
+            if cut - start < size:  # no short frame left between this one and its block's start
+                cut = start
+            out.insert(0, (cut, pos - cut))
+            pos = cut
+        return out, pos
+
+    out: list[tuple[int, int]] = []
+    last = len(groups) - 1
+    for i, (lo, hi) in enumerate(groups):
+        head: list[tuple[int, int]] = []
+        tail: list[tuple[int, int]] = []
+        if erased(lo, hi) and i in (0, last):
+            mid = (lo + (hi - lo) // 2) // SECTOR * SECTOR if i == 0 == last else None
+            if i == 0 and last > 0 or mid is not None:
+                head, lo = ramp(lo, mid if mid and mid > lo else hi)
+            if i == last:
+                tail, hi = ladder(lo, hi)
+        out += head + plain(lo, hi) + tail
+    return out
+
+
+_ERASED_SECTOR = hashlib.sha256(b"\xff" * SECTOR).digest()
+
+
 class _BadReply(Exception):
     """A reply whose CRC does not match: treated like a lost reply."""
 
@@ -268,6 +357,8 @@ class KfpyStage2(Stage2):
         self.info: FlasherInfo | None = None
         self.actual_baud: int | None = None
         self._frame_limit = FRAME
+        #: write frames sent ahead by :meth:`hash_list_ahead`, taken over by :meth:`write`
+        self._ahead: list[_Frame] = []
         #: how much slower than its wire time the board answered the first flasher upload
         #: frame (1 on a real board; more on a network serial link or an emulated board on
         #: a pty that runs slower than real time): every timeout is stretched by it
@@ -451,6 +542,49 @@ class KfpyStage2(Stage2):
             out += [p[8 + 32 * i : 40 + 32 * i] for i in range(k)]
         return out
 
+    def hash_list_ahead(
+        self, address: int, data: bytes, ledger: WriteLedger | None = None
+    ) -> list[bytes]:
+        """:meth:`hash_list` of the region ``data`` will be written to; where its first
+        sectors read erased, the first frames of that write (the small ones of
+        :func:`tapered`) are sent while the board checks the rest, in one request: a
+        first burn's blank check then costs no time. :meth:`write` of the same ``data``
+        at ``address`` takes them over (they are in ``ledger`` as sent from now on).
+        Nothing is sent ahead over data, where those frames could mean extra erases."""
+        self._ahead = []
+        size, head = len(data), HEAD_SECTORS * SECTOR
+        if address % FRAME or size < 2 * FRAME or self._frame_limit != FRAME:
+            return self.hash_list(address, size)
+        first = self.hash_list(address, head)
+        if any(d != _ERASED_SECTOR for d in first):
+            return first + self.hash_list(address + head, size - head)
+        ramp = tapered([(address, FRAME), (address + FRAME, FRAME)], [(address, 2 * FRAME)])
+        ledger = ledger or WriteLedger()
+        self.link.keep_ops = frozenset({KfpyOp.WRITE})  # their acknowledgements wait for write()
+        rest, k = size - head, len(sector_blocks(address + head, size - head))
+        self.link.send(KfpyOp.HASH_LIST, address + head, struct.pack("<III", rest, SECTOR, 0))
+        for at, n in ramp:
+            if at + n <= address + head:
+                self._ahead.append(_Frame(at, data[at - address : at - address + n]))
+                ledger.sent(at, n)
+                self.link.send_packet(self._ahead[-1].packet)
+        try:
+            resp = self.link.recv(
+                KfpyOp.HASH_LIST,
+                self._hash_timeout(rest, 32 * k) * self.slowness,
+                extra_len=None,
+            )
+            p = _payload(resp)
+            if resp.status != Status.OK or len(p) != 8 + 32 * k:
+                raise _BadReply
+        except (NoResponseError, _BadReply):
+            # the usual pieces; acknowledgements of the frames ahead that arrive meanwhile
+            # are kept for write()
+            self.link.stats.retries += 1
+            self._barrier()
+            return first + self.hash_list(address + head, rest)
+        return first + [p[8 + 32 * i : 40 + 32 * i] for i in range(k)]
+
     def sha256(self, address: int, size: int) -> bytes:
         """On-board SHA-256 of a region (a 32-byte reply)."""
         self._ensure_flasher()
@@ -596,7 +730,11 @@ class KfpyStage2(Stage2):
         *,
         pieces: Pieces | None = None,
         ledger: WriteLedger | None = None,
+        blank: Pieces = (),
     ) -> None:
+        """See :meth:`Stage2.write`. Where ``blank`` (the parts of ``data`` the board's
+        hash list showed erased) covers the first or last frame, that frame is sent as
+        frames that halve down to one sector (see :func:`tapered`)."""
         self._ensure_flasher()
         total = len(data)
         ledger = ledger or WriteLedger()
@@ -607,12 +745,31 @@ class KfpyStage2(Stage2):
         if done:
             report(progress, Progress("write", done, total, message=f"{done} B unchanged"))
         full_window = window = self.info.window if self.info else 2
-        todo = deque(
-            _Frame(at + off, chunk[off : off + n])
+        cuts = [
+            (at + off, n)
             for at, chunk in frames
             for off, n in sector_blocks(at, len(chunk), self._frame_limit)
+        ]
+        if self._frame_limit == FRAME:
+            cuts = tapered(cuts, [(address + off, n) for off, n in blank])
+        # frames hash_list_ahead() sent: in flight already (sent again if not acknowledged)
+        inflight = deque(
+            f
+            for f in self._ahead
+            if f.at >= address and data[f.at - address : f.at - address + len(f.chunk)] == f.chunk
         )
-        inflight: deque[_Frame] = deque()
+        self.link.keep_ops = frozenset()
+        if len(inflight) < len(self._ahead):  # sent ahead for another write: let them pass
+            inflight.clear()
+            self._barrier()
+            self.link.discard_input()
+        self._ahead = []
+        sent = {(f.at, len(f.chunk)) for f in inflight}
+        todo = deque(
+            _Frame(at, data[at - address : at - address + n])
+            for at, n in cuts
+            if (at, n) not in sent
+        )
         baud = self.link.port.baudrate
         streak = 0
         while todo or inflight:
@@ -634,14 +791,20 @@ class KfpyStage2(Stage2):
                 inflight.clear()
                 window, streak = 1, 0
                 continue
-            if resp.status == Status.BAD_DATA_CHECKSUM or len(p) != 8:
+            if resp.status == Status.BAD_DATA_CHECKSUM or len(p) not in (8, 44):
                 failed = self._failed(inflight.popleft(), "request damaged")  # arrived damaged
                 todo.extendleft(reversed(failed))
                 # a frame that arrives while the flash works may be the problem (a slow
                 # bridge, a core that misses bytes): one frame at a time for a while
                 window, streak = 1, 0
                 continue
-            at, n = struct.unpack("<II", p)
+            at, n = struct.unpack_from("<II", p)
+            if resp.status == WRITE_CHECK_FAILED:
+                raise VerifyError(
+                    f"write of {n} B at 0x{at:08X}: the flash read back other bytes than "
+                    "were programmed",
+                    "burn again; if it repeats, the flash chip may be worn or faulty",
+                )
             if resp.status != Status.OK:
                 raise ProtocolError(
                     f"write of {n} B at 0x{at:08X}: refused ({resp.describe()})",
@@ -650,8 +813,9 @@ class KfpyStage2(Stage2):
             while inflight and inflight[0].at != at:
                 todo.appendleft(inflight.popleft())  # lost on the way: send again
             if inflight:
-                inflight.popleft()
-                ledger.ack(at, n)
+                frame = inflight.popleft()
+                checked = len(p) == 44 and n == len(frame.chunk) and _digest_matches(frame, p[8:40])
+                ledger.ack(at, n, checked, erased=not checked or bool(p[40] & 1))
                 done += n
                 report(progress, Progress("write", min(done, total), total))
                 streak += 1

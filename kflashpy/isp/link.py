@@ -61,6 +61,11 @@ class Link:
         self.debug_text: list[str] = []  # 0xD1 frames (stub debug prints)
         self.sample = bytearray()  # the first bytes received, for diagnostics
         self._frames: deque[bytes] = deque()
+        #: replies with these ops that arrive while another op is awaited are kept for a
+        #: later recv() of their op instead of being skipped (a client that starts one
+        #: command before the answer to another, see KfpyStage2.hash_list_ahead)
+        self.keep_ops: frozenset[int] = frozenset()
+        self._kept: deque[Response] = deque()
         self._clock = _port_clock(port)
         self._had_contact = False
         self._since = (0, 0, 0, 0)
@@ -124,6 +129,7 @@ class Link:
     def discard_input(self) -> None:
         """Forget everything received so far (decoded frames and partial ones)."""
         self._frames.clear()
+        self._kept.clear()
         self.decoder.reset()
         with contextlib.suppress(serial.SerialException, OSError):
             self.port.reset_input_buffer()
@@ -145,6 +151,10 @@ class Link:
         ``timeout`` seconds of port time.
         """
         deadline = self.now() + timeout
+        for resp in self._kept:
+            if resp.op == expect_op:
+                self._kept.remove(resp)
+                return resp
         while True:
             while self._frames:
                 frame = self._frames.popleft()
@@ -154,6 +164,9 @@ class Link:
                 resp = parse_response(frame)
                 if resp is not None and resp.op in (RomOp.DEBUG_INFO, FlashOp.DEBUG_INFO):
                     self.debug_text.append(resp.extra.decode("ascii", "replace"))
+                    continue
+                if resp is not None and resp.op != expect_op and resp.op in self.keep_ops:
+                    self._kept.append(resp)
                     continue
                 if (
                     resp is None

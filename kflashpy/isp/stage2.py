@@ -92,18 +92,27 @@ class WriteLedger:
     The burn pipeline owns it and reads it after a failure; a client only records into
     it. ``pending`` holds the frames sent at least once and not acknowledged: the board
     may have erased or half-programmed the flash its write of them touches (see
-    :meth:`Stage2.erase_units`).
+    :meth:`Stage2.erase_units`). ``checked`` holds the frames whose acknowledgement
+    proved what the flash holds (an on-board digest of bytes read back after writing,
+    equal to the host's) and whether their write erased anything; ``unchecked`` counts
+    the bytes acknowledged without that proof.
     """
 
     pending: dict[int, int] = field(default_factory=dict)  # address -> length
     acked: int = 0  # bytes acknowledged
+    checked: list[tuple[int, int, bool]] = field(default_factory=list)  # address, length, erased
+    unchecked: int = 0
 
     def sent(self, at: int, n: int) -> None:
         self.pending[at] = max(n, self.pending.get(at, 0))
 
-    def ack(self, at: int, n: int) -> None:
+    def ack(self, at: int, n: int, checked: bool = False, erased: bool = True) -> None:
         self.pending.pop(at, None)
         self.acked += n
+        if checked:
+            self.checked.append((at, n, erased))
+        else:
+            self.unchecked += n
 
 
 @dataclass(frozen=True)
@@ -156,12 +165,14 @@ class Stage2(ABC):
         *,
         pieces: Pieces | None = None,
         ledger: WriteLedger | None = None,
+        blank: Pieces = (),
     ) -> None:
         """Write ``data`` at ``address``; returns only once every frame was acknowledged.
 
         ``pieces``: only these ``(offset, length)`` parts of ``data`` are sent (the
         caller knows the rest is on flash already); ``ledger`` records what was sent and
-        acknowledged, so a failure can say what it may have damaged.
+        acknowledged, so a failure can say what it may have damaged; ``blank``: the parts
+        the board reported erased (a client may frame them differently, nothing more).
         """
 
     #: the flash a write of any byte inside it may erase and rewrite (see erase_units)
@@ -218,6 +229,13 @@ class Stage2(ABC):
         """SHA-256 of each piece of the range cut at 4 KiB sector boundaries."""
         self._require(CAP_HASH, "hash flash on the board")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def hash_list_ahead(
+        self, address: int, data: bytes, ledger: WriteLedger | None = None
+    ) -> list[bytes]:
+        """:meth:`hash_list` of the range ``data`` is about to be written to; a client
+        may start that write meanwhile (recording what it sends in ``ledger``)."""
+        return self.hash_list(address, len(data))
 
 
 def check_sector_range(address: int, size: int, what: str) -> None:
@@ -341,6 +359,7 @@ class KflashStage2(Stage2):
         *,
         pieces: Pieces | None = None,
         ledger: WriteLedger | None = None,
+        blank: Pieces = (),
     ) -> None:
         baud = self.link.port.baudrate
         done = 0
