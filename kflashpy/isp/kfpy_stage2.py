@@ -247,7 +247,8 @@ def tapered(cuts: list[tuple[int, int]], blank: Pieces) -> list[tuple[int, int]]
         return out, pos
 
     def ladder(lo: int, hi: int) -> tuple[list[tuple[int, int]], int]:
-        out, pos = [], hi
+        out: list[tuple[int, int]] = []
+        pos = hi
         for size in TAPER:
             if pos <= lo:
                 break

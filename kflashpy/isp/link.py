@@ -151,10 +151,10 @@ class Link:
         ``timeout`` seconds of port time.
         """
         deadline = self.now() + timeout
-        for resp in self._kept:
-            if resp.op == expect_op:
-                self._kept.remove(resp)
-                return resp
+        for kept in self._kept:
+            if kept.op == expect_op:
+                self._kept.remove(kept)
+                return kept
         while True:
             while self._frames:
                 frame = self._frames.popleft()
