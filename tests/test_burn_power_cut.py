@@ -15,8 +15,6 @@ from kflashpy.isp.kept import kept_dir
 from kflashpy.isp.kfpy_stage2 import KfpyStage2
 from kflashpy.sim.flash import NorFlash
 
-pytest.importorskip("kflashpy.sim.core")
-
 AT = 0x300000
 FILE = random.Random(1).randbytes(0x10800)  # ends in the middle of the sector 0x310000
 END = AT + len(FILE)

@@ -6,13 +6,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PIL import Image
 from support.paths import KMODELS as FIX
 
 from kflashpy.cli import main
-
-pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="kmodel fixtures not found")
 
 
 def test_run_iris_prints_top_and_saves_npy(tmp_path, capsys) -> None:

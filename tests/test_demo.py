@@ -3,14 +3,11 @@
 import json
 
 import numpy as np
-import pytest
 
 from kflashpy import runtime
 from kflashpy.cli import main
 from kflashpy.demo import demo_firmware, demo_model
 from kflashpy.model.detect import detect
-
-pytest.importorskip("kflashpy.sim.core")
 
 
 def test_demo_model_is_a_v4_kmodel_computing_its_linear_map():

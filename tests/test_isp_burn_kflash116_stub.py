@@ -18,8 +18,6 @@ from kflashpy.image.kfpkg import KfpkgEntry, write_kfpkg
 from kflashpy.isp.api import regions_of
 from kflashpy.isp.burn import WriteRegion, burn_on, erase_on
 
-pytest.importorskip("kflashpy.sim.core")
-
 SIM = "sim://?board=maix-bit"
 #: not the board default (1.5 Mbaud, measured by benchmarks/isp_burn_yolo.py), so the
 #: baud switch is exercised with a rate that needs it

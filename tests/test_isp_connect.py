@@ -10,8 +10,6 @@ from kflashpy.isp.connect import load_ram, open_device
 from kflashpy.isp.ramimage import load_ram_image
 from kflashpy.isp.rom import Rom
 
-pytest.importorskip("kflashpy.sim.protocol_sim")
-
 
 @pytest.mark.parametrize(
     "sim_board, board, wiring",

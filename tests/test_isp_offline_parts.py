@@ -120,7 +120,6 @@ def test_quick_reset_round_comes_first_and_keeps_custom_timing():
 def test_a_board_answers_the_quick_reset():
     """On the virtual board the ROM answers the first, quick reset: it greets within
     50 ms of opening the port instead of kflash's 300 ms."""
-    pytest.importorskip("kflashpy.sim.core")
     from kflashpy.isp.connect import open_device
 
     dev = open_device("sim://?board=maix-bit", board="maix-bit")

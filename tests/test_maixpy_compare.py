@@ -24,8 +24,6 @@ SLIM = FIXTURES / "v4" / "slim-320_nncase-v0.2.0-beta4.kmodel"
 A_MNIST, A_SWAPPED, A_IRIS4, A_IRIS3, A_SLIM = 0x300000, 0x340000, 0x380000, 0x390000, 0x3A0000
 IRIS_IN = "5.1,3.8,1.9,0.4"
 
-pytestmark = pytest.mark.skipif(not MNIST.exists(), reason="kmodel fixtures not found")
-
 
 @pytest.fixture(scope="module")
 def flash(tmp_path_factory):

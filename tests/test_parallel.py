@@ -17,8 +17,6 @@ from kflashpy.isp.connect import ConnectOptions
 from kflashpy.isp.parallel import BoardRow, claim_port, output_name, run_board, run_on_boards
 from kflashpy.isp.ports import Candidate
 
-pytest.importorskip("kflashpy.sim.core")
-
 BAUD = 3_000_000
 ADDR = 0x100000
 DATA = random.Random(18).randbytes(12 * 1024)

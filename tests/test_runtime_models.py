@@ -17,8 +17,6 @@ IRIS_INPUT = np.array([[5.1, 3.8, 1.9, 0.4]], dtype=np.float32)
 #: board result of the nncase iris example (the iris example of nncase, see tests/fixtures/kmodels/README.md)
 IRIS_BOARD = np.array([16.077795, 5.607656, -2.071745], dtype=np.float32)
 
-pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="kmodel fixtures not found")
-
 
 @pytest.mark.parametrize(
     "path",

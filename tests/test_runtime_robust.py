@@ -23,8 +23,6 @@ from kflashpy.errors import FormatError, InputError, KflashError
 from kflashpy.runtime import inputs
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "kmodels"
-pytestmark = pytest.mark.skipif(not FIX.is_dir(), reason="kmodel fixtures not found")
-
 V5_IRIS, V5_TINY1 = "generated_v5/iris_k210.kmodel", "generated_v5/tiny1_k210.kmodel"
 V4_IRIS, V3_IRIS = "v4/iris_nncase-v0.2.0-beta4.kmodel", "v3/iris_nncase-v0.1.0-rc5.kmodel"
 

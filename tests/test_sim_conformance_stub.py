@@ -16,10 +16,6 @@ import serial
 
 from kflashpy.isp.frames import build_request, legacy_short_request
 from kflashpy.isp.slip import SlipDecoder, encode
-
-pytest.importorskip("kflash")
-pytest.importorskip("unicorn")
-
 from kflashpy.isp.stubs import KFLASH_116_SHA256, kflash_package_stub  # noqa: E402
 
 STUB_ADDRESS = 0x80000000

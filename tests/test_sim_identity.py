@@ -11,8 +11,6 @@ from kflashpy.isp.connect import ConnectOptions
 from kflashpy.sim.config import BoardConfig
 from kflashpy.sim.flash import NorFlash
 
-pytest.importorskip("kflashpy.sim.core")
-
 
 def test_uid_and_jedec_from_the_url() -> None:
     cfg = BoardConfig.from_url("sim://?uid=0011223344556677&jedec=c84018")

@@ -167,7 +167,6 @@ def test_q_key_stops_the_server(tmp_path: Path) -> None:
 def test_sim_kflash_serves_its_own_board(tmp_path: Path) -> None:
     """`kflashpy sim kflash -- ARGS`: the installed kflash.py burns a board served for it
     (its DTR/RTS calls on the pty are ignored), and the flash file holds the image."""
-    pytest.importorskip("kflash")
     payload = os.urandom(3000)
     (tmp_path / "app.bin").write_bytes(payload)
     image = tmp_path / "board.img"
@@ -185,7 +184,6 @@ def test_sim_kflash_serves_its_own_board(tmp_path: Path) -> None:
 def test_kflash_then_kflashpy_on_one_server(tmp_path: Path) -> None:
     """kflash.py (through `sim kflash -p PTY`) on a running `sim serve`, killed mid-burn;
     then the next client is answered by the boot ROM."""
-    pytest.importorskip("kflash")
     (tmp_path / "app.bin").write_bytes(os.urandom(60_000))
     server, link = _serve(tmp_path)
     try:

@@ -19,8 +19,6 @@ from kflashpy.isp import parallel, station
 from kflashpy.isp.ports import Candidate
 from kflashpy.isp.station import Station, YieldReport, load_station_plan
 
-pytest.importorskip("kflashpy.sim.core")
-
 ADDR = 0x100000
 DATA = random.Random(7).randbytes(8 * 1024)
 

@@ -14,8 +14,6 @@ import pytest
 import kflashpy
 from kflashpy.isp.burn import WriteRegion, burn_on
 
-pytest.importorskip("kflashpy.sim.core")
-
 SIM = "sim://?board=maix-bit"
 
 

@@ -14,12 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from kflashpy.stub import load
-
-pytest.importorskip("kflash")
-pytest.importorskip("kflashpy.sim.core")
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

@@ -23,8 +23,6 @@ from kflashpy.isp.connect import connect
 from kflashpy.isp.kfpy_stage2 import KfpyStage2
 from kflashpy.stub import load
 
-pytest.importorskip("kflashpy.sim.core")
-
 SIM = "sim://?board=maix-bit"
 
 

@@ -24,15 +24,13 @@ BROWSER = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
 )
 DRIVER = shutil.which("chromedriver")
-webdriver = pytest.importorskip(
-    "selenium.webdriver", reason="selenium is not installed (dev extra)"
-)
 if BROWSER is None or DRIVER is None:
     pytest.skip(
         "no Chromium and chromedriver on PATH (Debian: apt-get install chromium chromium-driver)",
         allow_module_level=True,
     )
 
+from selenium import webdriver  # noqa: E402
 from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
