@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import serial  # noqa: E402
 from bench_flashers import YOLO, ours  # noqa: E402
-from sim_kflash_stub_burn import kflash_stub  # noqa: E402
-from support.simwire import reply  # noqa: E402
+from support.simwire import enter_isp, reply  # noqa: E402
 
 from kflashpy.isp.frames import build_request, legacy_short_request  # noqa: E402
 from kflashpy.isp.slip import encode  # noqa: E402
+from kflashpy.isp.stubs import kflash_package_stub  # noqa: E402
 from kflashpy.units import parse_int  # noqa: E402
 
 serial.protocol_handler_packages.append("kflashpy.sim")
@@ -52,14 +52,9 @@ def kflash_stub_burn(data: bytes, baud: int) -> float:
         port.write(encode(packet))
         return reply(port, timeout)
 
-    port.timeout = 0.1
-    port.dtr, port.rts = False, True
-    port.read(4096)
-    port.rts, port.dtr = False, True
-    port.read(4096)
-    port.reset_input_buffer()
+    enter_isp(port)
     t0 = board.now
-    stub = kflash_stub()
+    stub = kflash_package_stub()
     for off in range(0, len(stub), 1024):
         assert request(build_request(0xC3, 0x8000_0000 + off, stub[off : off + 1024]))
     port.write(encode(build_request(0xC5, 0x8000_0000)))

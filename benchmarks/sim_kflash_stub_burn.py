@@ -11,31 +11,23 @@ from the installed ``kflash`` module. Usage::
 from __future__ import annotations
 
 import argparse
-import binascii
 import os
-import re
 import struct
+import sys
 import time
-import zlib
 from pathlib import Path
 
-import serial
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from kflashpy.isp.frames import build_request, legacy_short_request
-from kflashpy.isp.slip import SlipDecoder, encode
-from kflashpy.units import parse_int
+import serial  # noqa: E402
+from support.simwire import enter_isp, reply  # noqa: E402
+
+from kflashpy.isp.frames import build_request, legacy_short_request  # noqa: E402
+from kflashpy.isp.slip import encode  # noqa: E402
+from kflashpy.isp.stubs import kflash_package_stub  # noqa: E402
+from kflashpy.units import parse_int  # noqa: E402
 
 serial.protocol_handler_packages.append("kflashpy.sim")
-
-
-def kflash_stub() -> bytes:
-    import kflash
-
-    text = Path(kflash.__file__).read_text()
-    found = re.search(r"ISP_PROG = '([0-9a-f]+)'", text)
-    if not found:
-        raise SystemExit("the installed kflash module has no embedded stub")
-    return zlib.decompress(binascii.unhexlify(found.group(1)))
 
 
 def main() -> None:
@@ -49,27 +41,12 @@ def main() -> None:
 
     port = serial.serial_for_url(f"sim://?board=maix-bit&timing={args.timing}", baudrate=115200)
     board = port.sim_board
-    dec = SlipDecoder()
-
-    def reply(timeout: float) -> bytes | None:
-        deadline = board.now + timeout
-        port.timeout = 0.01
-        while board.now < deadline:
-            frames = dec.feed(port.read(64))
-            if frames:
-                return frames[0]
-        return None
 
     def request(packet: bytes, timeout: float = 1.0) -> bytes | None:
         port.write(encode(packet))
-        return reply(timeout)
+        return reply(port, timeout)
 
-    port.timeout = 0.1
-    port.dtr, port.rts = False, True
-    port.read(4096)
-    port.rts, port.dtr = False, True
-    port.read(4096)
-    port.reset_input_buffer()
+    enter_isp(port)
     rows = []
     wall, cpu, virt = time.perf_counter(), time.process_time(), board.now
 
@@ -81,7 +58,7 @@ def main() -> None:
         wall, cpu, virt = time.perf_counter(), time.process_time(), board.now
 
     assert request(legacy_short_request(0xC2)) == b"\xc2\xe0"
-    stub = kflash_stub()
+    stub = kflash_package_stub()
     for off in range(0, len(stub), 1024):
         assert (
             request(build_request(0xC3, 0x8000_0000 + off, stub[off : off + 1024])) == b"\xc3\xe0"

@@ -3,18 +3,15 @@ PLIC interrupts and the UART/SPI3 models; the PyPI kflash stub burns flash (sim-
 
 from __future__ import annotations
 
-import binascii
-import re
 import struct
-import zlib
-from pathlib import Path
 
 import pytest
 import serial
-from support.simwire import reply
+from support.simwire import enter_isp, reply
 
 from kflashpy.isp.frames import build_request, legacy_short_request
 from kflashpy.isp.slip import encode
+from kflashpy.isp.stubs import kflash_package_stub
 from kflashpy.sim.memory import SRAM_BASE
 
 if "kflashpy.sim" not in serial.protocol_handler_packages:
@@ -83,12 +80,7 @@ def program(*words: int) -> bytes:
 # --------------------------------------------------------------------------- host helpers
 def open_isp() -> serial.SerialBase:
     port = serial.serial_for_url("sim://?board=maix-bit&timing=instant", baudrate=115200)
-    port.timeout = 0.1
-    port.dtr, port.rts = False, True  # RTS = RESET held, IO16 high
-    port.read(4096)
-    port.rts, port.dtr = False, True  # release RESET with IO16 low
-    port.read(4096)
-    port.reset_input_buffer()
+    enter_isp(port)
     assert port.sim_board.stage == "isp"
     return port
 
@@ -186,16 +178,6 @@ def test_interrupt_driven_echo_through_plic() -> None:
 
 
 # --------------------------------------------------------------------------- the PyPI kflash stub
-def kflash_stub() -> bytes:
-    """The PyPI kflash 1.1.6 stage-2, decoded at test time from the installed module."""
-    import kflash
-
-    text = Path(kflash.__file__).read_text()
-    found = re.search(r"ISP_PROG = '([0-9a-f]+)'", text)
-    assert found, "kflash module without an embedded stub"
-    return zlib.decompress(binascii.unhexlify(found.group(1)))
-
-
 def frame(op: int, address: int = 0, data: bytes = b"", data_len: int | None = None) -> bytes:
     return encode(build_request(op, address, data, data_len))
 
@@ -203,7 +185,7 @@ def frame(op: int, address: int = 0, data: bytes = b"", data_len: int | None = N
 def test_kflash_stub_greets_inits_writes_and_changes_baud() -> None:
     port = open_isp()
     board = port.sim_board
-    upload_and_boot(port, kflash_stub())
+    upload_and_boot(port, kflash_package_stub())
     read_for(port, 0.2)  # the stub starts (and prints nothing on UART3 before the greeting)
     port.write(encode(legacy_short_request(0xD2)))
     assert reply(port) == b"\xd2\xe0"
@@ -229,7 +211,7 @@ def test_kflash_stub_greets_inits_writes_and_changes_baud() -> None:
 def test_kflash_stub_reboot_is_a_soft_reset() -> None:
     port = open_isp()
     board = port.sim_board
-    upload_and_boot(port, kflash_stub())
+    upload_and_boot(port, kflash_package_stub())
     read_for(port, 0.2)
     port.write(encode(legacy_short_request(0xD2)))
     assert reply(port) == b"\xd2\xe0"

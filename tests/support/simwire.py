@@ -1,4 +1,5 @@
-"""Reading one SLIP reply from the virtual board, for tests that talk raw protocol."""
+"""Raw protocol on the virtual board, for tests and benchmarks that talk frames
+themselves: reset into the boot ROM and read one SLIP reply."""
 
 from __future__ import annotations
 
@@ -18,3 +19,14 @@ def reply(port: serial.SerialBase, timeout: float = 1.0) -> bytes | None:
         if frames:
             return frames[0]
     return None
+
+
+def enter_isp(port: serial.SerialBase) -> None:
+    """Reset the board into the boot ROM with the Maix Bit's wiring (RTS = RESET held
+    with IO16 high, then RESET released with IO16 low) and drop its output."""
+    port.timeout = 0.1
+    port.dtr, port.rts = False, True
+    port.read(4096)
+    port.rts, port.dtr = False, True
+    port.read(4096)
+    port.reset_input_buffer()
