@@ -173,7 +173,7 @@ static void link_wake_init(void)
  * after the wake. The PLIC keeps a source pending until it is claimed: the claim and
  * completion here acknowledge the last wake (the UART raises it again if bytes came in
  * meanwhile), so wfi sleeps. A wake with nothing to do costs one round of the caller. */
-static void sleep_until(u64 deadline)
+static __attribute__((noinline)) void sleep_until(u64 deadline)
 {
     u32 id = PLIC_CLAIM;
     if (id)
@@ -456,7 +456,7 @@ static void digest_end(u8 out[32])
 }
 
 /* Until MTIME reaches `end`: serve the link, advance the write digest, else sleep. */
-static void wait_until(u64 end)
+static __attribute__((noinline)) void wait_until(u64 end)
 {
     while (MTIME < end) {
         uart_poll();
