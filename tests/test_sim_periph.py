@@ -212,3 +212,13 @@ def test_wire_timing_and_garbage() -> None:
     chunks = w.receive(1.0, 1_500_000)
     assert b"hello" not in b"".join(c for _, c in chunks)
     assert w.bytes_garbled > 50
+
+
+def test_wire_arrival_times_in_one_pass() -> None:
+    w = Wire()
+    w.send(b"abcd", 0.0, 115200)
+    w.send(b"ef", 1.0, 115200)  # a second segment after a gap
+    w.receive(25 / 115200, 115200)  # "ab" delivered
+    assert w.arrivals(3) == [w.arrival_of(k) for k in (1, 2, 3)]
+    assert w.arrivals(3) == pytest.approx([30 / 115200, 40 / 115200, 1 + 10 / 115200])
+    assert len(w.arrivals(10)) == 4 and w.arrivals(0) == []

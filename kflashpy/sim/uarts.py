@@ -206,14 +206,13 @@ class DwUart(_Uart):
         # walk the bytes in flight: the trigger level is reached at the arrival of the
         # one that completes it, unless a gap of a timeout comes first with bytes waiting
         count, last, timeout = len(self.rx), self.rx_activity, self._timeout_s()
-        for k in range(1, self.trigger - count + 1):
-            arrival = wire.arrival_of(k)
-            if count and (arrival is None or arrival > last + timeout):
+        for arrival in wire.arrivals(self.trigger - count):
+            if count and arrival > last + timeout:
                 return last + timeout
-            if arrival is None:
-                return None
             count, last = count + 1, arrival
-        return last
+        if count >= self.trigger:
+            return last
+        return last + timeout if count else None
 
     def _iir(self) -> int:
         fifo = 0xC0 if self.fcr & 1 else 0
