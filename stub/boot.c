@@ -24,8 +24,8 @@ static u32 recv_frame(void)
     u32 n = 0;
     int esc = 0, bad = 0;
     for (;;) {
-        while (!(UART_LSR & LSR_DR)) /* a 16-byte FIFO lasts 53 us at 3 Mbaud: */
-            delay_us(26);            /* look again when half of it may be full */
+        while (!(UART_LSR & LSR_DR))
+            delay_us(4); /* a 16-byte FIFO lasts 53 us at 3 Mbaud */
         u8 c = (u8)UART_RBR;
         if (c == 0xC0) {
             if (n && !bad && !esc)
