@@ -87,7 +87,8 @@ def check_zig() -> None:
 
 
 FP_OPCODES = {0x07, 0x27, 0x43, 0x47, 0x4B, 0x4F, 0x53}  # LOAD-FP ... OP-FP
-ECALL, EBREAK, WFI = 0x00000073, 0x00100073, 0x10500073
+ECALL, EBREAK, MRET = 0x00000073, 0x00100073, 0x30200073
+CSR_MSTATUS = 0x300
 HEADER_SIZE = 16
 
 
@@ -104,10 +105,20 @@ def text_section(elf: bytes) -> tuple[int, bytes]:
     raise SystemExit("no .text section")
 
 
-def forbidden_instructions(code: bytes, base: int) -> list[str]:
-    """The polled design's rule, checked on the machine code: no ecall/ebreak/wfi, no FP.
+def mstatus_may_set(word: int) -> bool:
+    """Does this CSR instruction (on mstatus) possibly set a bit? csrrw/csrrwi write,
+    csrrs/csrrsi set unless their source is x0/0 (a read); csrrc/csrrci only clear."""
+    funct3, rs1 = word >> 12 & 7, word >> 15 & 0x1F
+    return funct3 in (1, 5) or (funct3 in (2, 6) and rs1 != 0)
 
-    A linear sweep is exact here: RISC-V code has no literal pools (tables live in .rodata).
+
+def forbidden_instructions(code: bytes, base: int) -> list[str]:
+    """The design's rule, checked on the machine code: no trap is ever taken and no FP.
+
+    No ecall/ebreak, no mret (there is no trap handler to return from), and mstatus is
+    only ever cleared (csrrc/csrrci): mstatus.MIE stays 0, so the flasher's wfi resumes
+    on an interrupt enabled in mie without taking it. A linear sweep is exact here:
+    RISC-V code has no literal pools (tables live in .rodata).
     """
     bad, pos = [], HEADER_SIZE  # the header (start.S) is a jump and three data words
     while pos + 2 <= len(code):
@@ -118,10 +129,11 @@ def forbidden_instructions(code: bytes, base: int) -> list[str]:
             pos += 2
             continue
         word = int.from_bytes(code[pos : pos + 4], "little")
-        if word in (ECALL, EBREAK, WFI):
-            bad.append(
-                f"0x{base + pos:08X}: {dict([(ECALL, 'ecall'), (EBREAK, 'ebreak'), (WFI, 'wfi')])[word]}"
-            )
+        if word in (ECALL, EBREAK, MRET):
+            what = {ECALL: "ecall", EBREAK: "ebreak", MRET: "mret"}[word]
+            bad.append(f"0x{base + pos:08X}: {what}")
+        elif word & 0x7F == 0x73 and word >> 20 == CSR_MSTATUS and mstatus_may_set(word):
+            bad.append(f"0x{base + pos:08X}: mstatus write that may set MIE")
         elif word & 0x7F in FP_OPCODES:
             bad.append(f"0x{base + pos:08X}: floating-point instruction")
         pos += 4
@@ -152,7 +164,7 @@ def build_program(name: str, tmp: Path) -> bytes:
     zig("objcopy", "-O", "binary", str(elf), str(binf))
     bad = forbidden_instructions(*reversed(text_section(elf.read_bytes())))
     if bad:
-        raise SystemExit(f"{name}: not a polled, integer-only program: " + "; ".join(bad[:5]))
+        raise SystemExit(f"{name}: takes traps or uses floating point: " + "; ".join(bad[:5]))
     return binf.read_bytes()
 
 

@@ -1,12 +1,18 @@
 /* kflashpy flasher: the stage-2 program that writes, reads, hashes and erases the
- * on-board SPI NOR flash of a K210. Fully polled (no interrupts, no ecall, no wfi,
- * no floating point). The protocol is documented byte by byte in
+ * on-board SPI NOR flash of a K210. No trap is ever taken (no ecall, mstatus.MIE stays
+ * 0) and no floating point is used. The protocol is documented byte by byte in
  * docs/flasher-protocol.md: kflash-compatible opcodes 0xD2-0xD9 plus our own
  * extensions in 0xB0-0xBF.
  *
- * Pipelining: received frames land in NSLOT receive slots from inside every wait
- * loop (uart_poll), so the next frame arrives while the flash erases or programs
- * the previous one. Frames are processed strictly in arrival order, one reply each.
+ * Pipelining: received frames land in NSLOT receive slots from inside every busy loop
+ * (uart_poll), so the next frame arrives while the flash erases or programs the
+ * previous one. Frames are processed strictly in arrival order, one reply each.
+ *
+ * Waiting: with nothing to compute, the core sleeps in wfi (sleep_until). The UART's
+ * receive interrupt (FIFO half full, or bytes waiting 4 character times) goes through
+ * the PLIC, the CLINT timer marks when a flash operation is due; both are enabled in
+ * mie but not globally, so wfi resumes without a trap (docs/simulator.md, "The core
+ * and the peripherals"). A wake serves eight bytes at a time, not one poll per us.
  * SPDX-License-Identifier: MIT
  */
 #include "flasher.h"
@@ -53,7 +59,6 @@
 #define BLOCK 65536u
 #define SECTOR 4096u
 #define PAGE 256u
-#define POLL_US 10
 /* a write's pages read back from the flash differ from what was programmed */
 #define ST_BAD_CHECK 0xE8
 
@@ -135,25 +140,59 @@ static void rx_byte(u8 c)
     slots[rx_slot].data[rx_len++] = c;
 }
 
-static u32 quiet; /* idle polls since the last received byte */
 static void bg_service(void);
 
+/* Take what the receive FIFO holds (its level read once, then one RBR read a byte). */
 void uart_poll(void)
 {
-    while (UART_LSR & LSR_DR) {
+    for (u32 n = UART_RFL; n; n--)
         rx_byte((u8)UART_RBR);
-        quiet = 0;
-    }
     bg_service();
 }
 
-/* Wait a little, serving the link: every microsecond while bytes are flowing (a full
- * 16-byte FIFO must be drained within one byte time, 3.3 us at 3 Mbaud), every
- * POLL_US once the line has been quiet for a while. */
+#define NEVER (~(u64)0)
+static u64 mtimecmp = NEVER;
+
+/* Route the receive interrupt to wake wfi: RX trigger level at half the FIFO (8 bytes
+ * are 27 us at 3 Mbaud, 8 more fit before an overrun), ERBFI (which also raises the
+ * character timeout), PLIC source enabled for hart 0 M-mode above threshold 0, MEIE
+ * and MTIE in mie. The FIFOs stay enabled, so bytes already received are kept. */
+static void link_wake_init(void)
+{
+    UART_FCR = FCR_FIFO_ON | FCR_RX_HALF;
+    UART_IER = IER_PTIME | IER_ERBFI;
+    PLIC_PRIORITY(UART3_IRQ) = 1;
+    PLIC_ENABLE0 |= 1u << UART3_IRQ;
+    PLIC_THRESHOLD = 0;
+    MTIMECMP = NEVER;
+    __asm__ volatile("csrs mie, %0" ::"r"(MIE_MEIE | MIE_MTIE));
+}
+
+/* Sleep until the link needs serving or MTIME reaches `deadline` (NEVER: no deadline);
+ * the caller has just drained the FIFO (uart_poll) and checks its own condition again
+ * after the wake. The PLIC keeps a source pending until it is claimed: the claim and
+ * completion here acknowledge the last wake (the UART raises it again if bytes came in
+ * meanwhile), so wfi sleeps. A wake with nothing to do costs one round of the caller. */
+static __attribute__((noinline)) void sleep_until(u64 deadline)
+{
+    u32 id = PLIC_CLAIM;
+    if (id)
+        PLIC_CLAIM = id;
+    if (deadline != mtimecmp) {
+        MTIMECMP = deadline;
+        mtimecmp = deadline;
+    }
+    __asm__ volatile("wfi");
+}
+
+/* nothing to do until a frame is complete */
 static void idle(void)
 {
     uart_poll();
-    delay_us(quiet++ < 64 ? 1 : POLL_US);
+    while (!q_count) {
+        sleep_until(NEVER);
+        uart_poll();
+    }
 }
 
 static struct slot *queue_peek(void)
@@ -381,7 +420,7 @@ static u8 flash_sr1(void)
  * bytes already. A write frame's acknowledgement then carries the SHA-256 of the frame's
  * data: the host compares it with its own, so flash == decoded data == host data, every
  * byte, without a separate hash pass. The digest is computed 64 bytes at a time inside
- * the flash's busy waits (a step takes about POLL_US), where the core would only spin. */
+ * the flash's busy waits (a step takes about 10 us), where the core would only sleep. */
 static struct sha256 wd;
 static const u8 *wd_src;
 static u32 wd_left;
@@ -416,17 +455,23 @@ static void digest_end(u8 out[32])
     sha256_final(&wd, out);
 }
 
+/* Until MTIME reaches `end`: serve the link, advance the write digest, else sleep. */
+static __attribute__((noinline)) void wait_until(u64 end)
+{
+    while (MTIME < end) {
+        uart_poll();
+        if (!digest_step())
+            sleep_until(end);
+    }
+}
+
 /* Wait for the end of a program or erase. The status register is first read after
  * `expect_us` (about 60 % of the typical datasheet time: page program 0.7 ms, 4K/32K/
  * 64K erase 45/120/150 ms, status write 10 ms), serving the link meanwhile, then
  * polled: the chip sees far fewer status reads and the answer is as prompt. */
 static void flash_wait(u32 expect_us)
 {
-    for (u32 t = 0; t < expect_us; t += POLL_US) {
-        uart_poll();
-        if (!digest_step())
-            delay_us(POLL_US);
-    }
+    wait_until(MTIME + TICKS(expect_us));
     while (flash_sr1() & 1) /* a status read takes ~0.5 us: the end is seen at once */
         uart_poll();
 }
@@ -654,9 +699,6 @@ static void flash_init(void)
  * (bg_finish), before anything else is answered; the next frame's own flash work waits
  * for that. Only with checked quad programs, for a frame that is one whole unit
  * (B5/B6 of at most a block, as the host sends them). */
-#define MTIME (*(volatile u64 *)0x0200BFF8u) /* CLINT timer: CPU clock / 50 */
-#define TICKS(us) ((us) * (CPU_HZ / 50u / 1000u) / 1000u) /* CLINT ticks in us microseconds */
-
 struct pending {
     u8 op, st, ext, digest;
     u32 a, n;
@@ -733,15 +775,12 @@ static void bg_allow(int on)
 static void answer(struct pending *p);
 static void write_done(struct pending *pend, u8 bad);
 
-/* Nothing else to do: wait for the page in flight as flash_wait does (the link served
- * every POLL_US, the digest advanced meanwhile), then let bg_service go on. */
+/* Nothing else to do: wait for the page in flight as flash_wait does (the link served,
+ * the digest advanced meanwhile), then let bg_service go on. */
 static void bg_wait(void)
 {
-    while (bg.busy && MTIME < bg.due) {
-        uart_poll();
-        if (!digest_step())
-            delay_us(POLL_US);
-    }
+    if (bg.busy)
+        wait_until(bg.due);
     bg.allowed = 1;
     uart_poll();
     bg.allowed = 0;
@@ -993,7 +1032,7 @@ static void set_baud(u32 b)
     UART_IER = d >> 12;
     UART_LCR = 0x03;
     UART_DLF = d & 0xF;
-    UART_IER = 0x80;
+    UART_IER = IER_PTIME | IER_ERBFI;
     baud = b;
 }
 
@@ -1067,7 +1106,7 @@ static void cmd_read(u32 addr, u32 size, u32 chunk, u32 window)
             reply_end();
             sent += k;
         } else {
-            delay_us(POLL_US);
+            sleep_until(NEVER); /* until the host's acknowledgement comes in */
         }
     }
     u8 d[32];
@@ -1323,6 +1362,8 @@ static void handle(struct slot *sl, struct pending *pend)
         reply_begin(op, ST_OK);
         reply_end();
         uart_drain();
+        UART_IER = IER_PTIME; /* the link as the bootstrap leaves it: polled */
+        __asm__ volatile("csrc mie, %0" ::"r"(MIE_MEIE | MIE_MTIE));
         __asm__ volatile("fence.i");
         ((void (*)(u32, u32))(u64)addr)(EXEC_MAGIC, baud);
         return;
@@ -1364,6 +1405,7 @@ int main(u32 magic, u32 boot_baud)
     } else {
         uart_init(baud);
     }
+    link_wake_init();
     flash_init();
     for (;;) {
         if (!q_count && bg.active) { /* nothing to decode meanwhile: keep programming */

@@ -1,6 +1,8 @@
-/* K210 registers used by the kflashpy flasher (polled: no interrupts, no ecall,
- * no wfi, no floating point). Register offsets: docs/flasher-protocol.md, sources
- * cited in the reference notes (Kendryte SDK headers for SYSCTL/FPIOA/UART/SPI3).
+/* K210 registers used by the kflashpy flasher and its bootstrap (no trap is ever
+ * taken, no floating point; the flasher sleeps in wfi with mstatus.MIE = 0). Register
+ * offsets: docs/flasher-protocol.md and docs/simulator.md ("The core and the
+ * peripherals"), sources cited in the reference notes (Kendryte SDK headers for
+ * SYSCTL/FPIOA/UART/SPI3/PLIC/CLINT).
  * SPDX-License-Identifier: MIT
  */
 #ifndef KFPY_HW_H
@@ -42,10 +44,29 @@ typedef unsigned long u64;
 #define UART_MCR REG32(UART3 + 0x10)
 #define UART_LSR REG32(UART3 + 0x14)
 #define UART_USR REG32(UART3 + 0x7C)
+#define UART_RFL REG32(UART3 + 0x84) /* bytes in the receive FIFO */
 #define UART_DLF REG32(UART3 + 0xC0)
 #define LSR_DR 0x01u
 #define LSR_TX_FULL 0x20u /* with IER.PTIME set: transmit FIFO full */
 #define LSR_TEMT 0x40u
+#define IER_ERBFI 0x01u /* receive interrupt: FIFO at its trigger level, or timed out */
+#define IER_PTIME 0x80u /* LSR bit 5 = transmit FIFO full */
+#define FCR_FIFO_ON 0x01u
+#define FCR_RX_HALF (2u << 6) /* RX trigger level: half the 16-byte FIFO */
+#define UART3_IRQ 13u
+
+/* PLIC, hart 0 machine-mode context */
+#define PLIC_PRIORITY(irq) REG32(0x0C000000u + 4u * (irq))
+#define PLIC_ENABLE0 REG32(0x0C002000u) /* sources 0-31 */
+#define PLIC_THRESHOLD REG32(0x0C200000u)
+#define PLIC_CLAIM REG32(0x0C200004u) /* read: claim, write: complete */
+
+/* CLINT: mtime counts at CPU clock / 50 */
+#define MTIME (*(volatile u64 *)0x0200BFF8u)
+#define MTIMECMP (*(volatile u64 *)0x02004000u) /* hart 0 */
+#define TICKS(us) ((u64)(us) * (CPU_HZ / 50u / 1000u) / 1000u) /* mtime ticks in us */
+#define MIE_MTIE (1u << 7)
+#define MIE_MEIE (1u << 11)
 
 /* DW APB SSI, K210 SPI3 layout (on-board NOR flash on CS0) */
 #define SPI3 0x54000000u

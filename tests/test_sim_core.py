@@ -38,6 +38,21 @@ def sw(rs2: int, rs1: int, imm: int) -> int:
     return (imm >> 5 & 0x7F) << 25 | rs2 << 20 | rs1 << 15 | 2 << 12 | (imm & 0x1F) << 7 | 0x23
 
 
+def ld(rd: int, rs1: int, imm: int) -> int:
+    return i_type(0x03, rd, 3, rs1, imm)
+
+
+def sd(rs2: int, rs1: int, imm: int) -> int:
+    return sw(rs2, rs1, imm) | 1 << 12
+
+
+def li(rd: int, value: int) -> tuple[int, int]:
+    """lui + addi loading a 32-bit constant."""
+    lo = value & 0xFFF
+    lo -= 0x1000 if lo & 0x800 else 0
+    return lui(rd, (value - lo) >> 12), addi(rd, rd, lo)
+
+
 def lui(rd: int, imm20: int) -> int:
     return (imm20 & 0xFFFFF) << 12 | rd << 7 | 0x37
 
@@ -245,6 +260,127 @@ def test_instruction_counter_is_found_and_counts_a_stopped_slice():
     assert counter.exact and counter.executed(100_000) == 502
     uc.emu_start(0x8000_0000, 0x8001_0000, count=50)
     assert counter.executed(50) == 50  # a slice that ran to its budget
+
+
+# --------------------------------------------------------------------------- wfi, MIE = 0
+UART3_BAUD = 195_000_000 / 1693  # APB0 as the ROM leaves it, divisor 1693 (115200)
+
+
+def sleeping_uart3_program() -> bytes:
+    """UART3 on IO4/IO5 at 115200, RX FIFO trigger level 8 (FCR RT = half), IER.ERBFI,
+    routed through the PLIC (priority 1, enabled for hart 0 M, threshold 0) with mie.MEIE
+    set and mstatus.MIE left 0: no trap is ever taken. Loop: wfi; send IIR and RFL; read
+    RFL bytes from RBR."""
+    return program(
+        lui(T1, 0x502B0),  # FPIOA
+        *li(T2, 68 | 1 << 20 | 1 << 23),
+        sw(T2, T1, 16),  # IO4 = UART3 RX
+        *li(T2, 69 | 0xF << 8 | 1 << 12),
+        sw(T2, T1, 20),  # IO5 = UART3 TX
+        lui(T0, 0x50230),  # UART3
+        addi(T2, 0, 0x80),
+        sw(T2, T0, 0x0C),  # LCR.DLAB
+        addi(T2, 0, 1693 >> 4),
+        sw(T2, T0, 0x00),  # DLL
+        sw(0, T0, 0x04),  # DLH
+        addi(T2, 0, 3),
+        sw(T2, T0, 0x0C),  # 8N1
+        addi(T2, 0, 1693 & 15),
+        sw(T2, T0, 0xC0),  # DLF
+        addi(T2, 0, 0x87),
+        sw(T2, T0, 0x08),  # FCR: FIFOs on and cleared, RX trigger half full
+        addi(T2, 0, 0x81),
+        sw(T2, T0, 0x04),  # IER: PTIME | ERBFI
+        lui(T3, 0x0C000),
+        addi(T2, 0, 1),
+        sw(T2, T3, 4 * 13),  # PLIC priority[13] (UART3) = 1
+        lui(T3, 0x0C002),
+        lui(T2, 2),
+        sw(T2, T3, 0),  # enable bit 13, hart 0 M
+        lui(T3, 0x0C200),
+        sw(0, T3, 0),  # threshold 0
+        *li(T2, 0x800),
+        csrrs(0, MIE, T2),  # MEIE; mstatus.MIE stays 0
+        WFI,  # loop:
+        lw(T4, T0, 0x08),  # IIR
+        sw(T4, T0, 0x00),
+        lw(T5, T0, 0x84),  # RFL
+        sw(T5, T0, 0x00),
+        lw(T6, T0, 0x00),  # RBR, RFL times
+        addi(T5, T5, -1),
+        bne_x0(T5, -8),
+        jal(0, -32),  # back to wfi
+    )
+
+
+def _record_transmits(monkeypatch, board) -> list[tuple[float, bytes]]:
+    sent: list[tuple[float, bytes]] = []
+    transmit = board.board_transmit
+
+    def record(data: bytes, t: float, baud: float) -> None:
+        if board.stage == "core":  # the guest's bytes, not the ROM's replies
+            sent.append((t, data))
+        transmit(data, t, baud)
+
+    monkeypatch.setattr(board, "board_transmit", record)
+    return sent
+
+
+def test_wfi_with_mie_clear_wakes_on_uart_trigger_level_and_char_timeout(monkeypatch) -> None:
+    """A hart in wfi with mstatus.MIE = 0 resumes when the UART's receive interrupt is
+    pending at the PLIC: the FIFO reaching its trigger level or the character timeout
+    (4 character times without a byte in or out). The clock jumps straight there: the
+    wake times are those of the events, and the waiting costs no instructions."""
+    port = open_isp()
+    board = port.sim_board
+    sent = _record_transmits(monkeypatch, board)
+    upload_and_boot(port, sleeping_uart3_program())
+    assert read_for(port, 0.01) == b""  # asleep: nothing arrived
+    instructions = board.status()["core"]["instructions"]
+    timeout = 4 * 10 / UART3_BAUD
+    port.write(b"abc")  # below the trigger level: the character timeout wakes it
+    t_abc = board.to_board.arrival_of(3)
+    assert read_for(port, 0.01) == b"\xcc\x03"
+    port.write(bytes(10))  # 8 wake it at once, the last 2 by timeout
+    t_8, t_10 = board.to_board.arrival_of(8), board.to_board.arrival_of(10)
+    assert read_for(port, 0.01) == b"\xc4\x08\xcc\x02"
+    wakes = [t for t, _ in sent[::2]]
+    # the IIR byte goes out two instructions after the wake (5 ns at 390 MHz)
+    for got, want in zip(wakes, (t_abc + timeout, t_8, t_10 + timeout), strict=True):
+        assert want <= got < want + 10e-9
+    core = board.status()["core"]
+    assert core["traps"] == 0 and core["instructions"] - instructions < 200
+    assert core["idle_skips"] >= 3
+
+
+def test_wfi_with_mie_clear_wakes_at_mtimecmp(monkeypatch) -> None:
+    """mie.MTIE alone, mstatus.MIE = 0: wfi resumes in the CLINT tick where mtime reaches
+    mtimecmp (here 1000 ticks = 128 us ahead), not before and not a slice later."""
+    port = open_isp()
+    board = port.sim_board
+    sent = _record_transmits(monkeypatch, board)
+    code = program(
+        lui(T0, 0x0200C),
+        ld(T1, T0, -8),  # mtime (0x0200BFF8)
+        addi(T1, T1, 1000),
+        lui(T2, 0x02004),
+        sd(T1, T2, 0),  # mtimecmp
+        addi(T3, 0, 0x80),
+        csrrs(0, MIE, T3),  # MTIE; mstatus.MIE stays 0
+        lui(T4, 0x38000),
+        addi(T5, 0, ord("W")),
+        WFI,
+        sw(T5, T4, 0),  # UARTHS
+        jal(0, 0),
+    )
+    upload_and_boot(port, code)
+    assert read_for(port, 0.01) == b"W"
+    core = board.core
+    ((t, _),) = sent
+    mtime = core._mtime_base + int((t - core._mtime_t0) * core.cpu_hz / 50)
+    assert mtime == core.clint.cmp  # woke in the very tick
+    assert t < core._mtimecmp_time() + 10e-9
+    assert board.status()["core"]["traps"] == 0
 
 
 def bne_x0(rs1: int, offset: int) -> int:

@@ -57,6 +57,49 @@ def test_dw_uart_fractional_divisor_and_ptime() -> None:
     assert u.overruns == 40 - u.fifo_depth
 
 
+def test_dw_uart_rx_trigger_level_character_timeout_and_rfl() -> None:
+    """FCR[7:6] sets the RX FIFO level that raises "received data available" (IIR 0x4);
+    fewer bytes raise "character timeout" (IIR 0xC) once nothing came in or was read for
+    four character times; RFL tells the level. irq_at() predicts both from the wire."""
+    clock = {"t": 0.0}
+    u = DwUart("uart3", lambda: 16 * 1_000_000, lambda name, b: None)  # 1 Mbaud
+    u.now = lambda: clock["t"]
+    u.write(0x0C, 4, 0x80)
+    u.write(0x00, 4, 1)  # divisor 16
+    u.write(0x0C, 4, 0x03)
+    u.write(0x04, 4, 0x81)  # PTIME | ERBFI
+    char = 10 / 1_000_000
+    for fcr, level in ((0x41, 4), (0x81, 8), (0xC1, 14), (0x01, 1)):
+        u.write(0x08, 4, fcr | 0x06)  # FIFOs cleared
+        clock["t"] += 1.0
+        u.receive(b"a" * (level - 1), clock["t"])
+        assert u.read(0x84, 4) == level - 1
+        if level > 1:
+            assert not u.irq() and u.read(0x08, 4) == 0xC1  # none yet
+            clock["t"] += 4 * char - 1e-9
+            assert not u.irq()
+            clock["t"] += 2e-9
+            assert u.irq() and u.read(0x08, 4) == 0xCC  # character timeout
+            u.read(0x00, 4)  # a read restarts the timeout
+            assert not u.irq()
+            clock["t"] += 4 * char
+            assert u.read(0x08, 4) == 0xCC
+        u.receive(b"b" * (level - u.read(0x84, 4)), clock["t"])
+        assert u.irq() and u.read(0x08, 4) == 0xC4 and u.read(0x84, 4) == level
+    # irq_at: the arrival that completes the trigger level, or a gap of a timeout
+    wire = Wire()
+    u.write(0x08, 4, 0x87)  # half full: 8
+    clock["t"] = 10.0
+    wire.send(b"x" * 20, 10.0, 1_000_000)
+    assert u.irq_at(wire) == pytest.approx(10.0 + 8 * char)
+    wire = Wire()
+    wire.send(b"x" * 3, 10.0, 1_000_000)
+    assert u.irq_at(wire) == pytest.approx(10.0 + 3 * char + 4 * char)
+    assert u.irq_at(Wire()) is None
+    u.write(0x04, 4, 0x80)  # ERBFI off: nothing rises
+    assert u.irq_at(wire) is None
+
+
 def test_uarths_divisor_and_rx_watermark() -> None:
     u = Uarths(lambda: 26_000_000, lambda name, b: None, div=224)
     assert u.baud() == pytest.approx(26_000_000 / 225)
@@ -169,3 +212,13 @@ def test_wire_timing_and_garbage() -> None:
     chunks = w.receive(1.0, 1_500_000)
     assert b"hello" not in b"".join(c for _, c in chunks)
     assert w.bytes_garbled > 50
+
+
+def test_wire_arrival_times_in_one_pass() -> None:
+    w = Wire()
+    w.send(b"abcd", 0.0, 115200)
+    w.send(b"ef", 1.0, 115200)  # a second segment after a gap
+    w.receive(25 / 115200, 115200)  # "ab" delivered
+    assert w.arrivals(3) == [w.arrival_of(k) for k in (1, 2, 3)]
+    assert w.arrivals(3) == pytest.approx([30 / 115200, 40 / 115200, 1 + 10 / 115200])
+    assert len(w.arrivals(10)) == 4 and w.arrivals(0) == []

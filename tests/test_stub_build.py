@@ -1,4 +1,4 @@
-"""kflashpy's flasher as shipped: metadata, headers, and the polled-design check.
+"""kflashpy's flasher as shipped: metadata, headers, and the no-trap design check.
 
 The rebuild-and-compare check itself (``python stub/build.py --check``) runs in CI before
 pytest; here the shipped files are checked against their metadata, and the machine-code
@@ -48,7 +48,7 @@ def test_bootstrap_parameter_is_patched_in_place():
     assert patched[:PARAM_OFFSET] == boot.image[:PARAM_OFFSET]
 
 
-def test_shipped_code_is_polled_and_integer_only():
+def test_shipped_code_takes_no_trap_and_is_integer_only():
     for prog in (load().boot, load().flasher):
         # the flat binary starts with .text; the check skips the 16-byte header
         assert build.forbidden_instructions(prog.image[:4096], prog.load_address) == []
@@ -58,7 +58,9 @@ def test_shipped_code_is_polled_and_integer_only():
     "code, what",
     [
         ((0x00000073).to_bytes(4, "little"), "ecall"),
-        ((0x10500073).to_bytes(4, "little"), "wfi"),
+        ((0x30200073).to_bytes(4, "little"), "mret"),
+        ((0x30046073).to_bytes(4, "little"), "mstatus write"),  # csrsi mstatus, 8
+        ((0x30029073).to_bytes(4, "little"), "mstatus write"),  # csrw mstatus, t0
         ((0x00053007).to_bytes(4, "little"), "floating-point"),  # fld
         ((0x2000).to_bytes(2, "little"), "compressed FP"),  # c.fld
     ],
@@ -66,6 +68,12 @@ def test_shipped_code_is_polled_and_integer_only():
 def test_instruction_check_catches_forbidden_code(code, what):
     bad = build.forbidden_instructions(bytes(16) + code, 0x80000000)
     assert len(bad) == 1 and what in bad[0] and bad[0].startswith("0x80000010")
+
+
+def test_instruction_check_allows_wfi_and_clearing_mstatus():
+    wfi, csrci_mie, csrr = 0x10500073, 0x30047073, 0x300022F3  # csrci mstatus, 8; csrr t0
+    code = b"".join(w.to_bytes(4, "little") for w in (wfi, csrci_mie, csrr))
+    assert build.forbidden_instructions(bytes(16) + code, 0x80000000) == []
 
 
 def test_damaged_package_file_is_a_format_error(tmp_path, monkeypatch):

@@ -54,6 +54,23 @@ def test_connect_identifies_flasher_and_chip(dev):
     assert 1.0 <= s2.slowness < 1.5
 
 
+def test_idle_flasher_sleeps_in_wfi_and_wakes_for_a_frame(dev):
+    """With nothing to do the flasher sleeps in wfi (mstatus.MIE = 0, no trap taken):
+    a virtual second costs a handful of instructions, not a poll every few us, and the
+    next frame still wakes it (the UART's trigger level, then its character timeout)."""
+    board = dev.port.sim_board
+    core = board.core
+    before = board.status()["core"]
+    board.run_for(1.0)
+    after = board.status()["core"]
+    assert after["instructions"] - before["instructions"] < 1000
+    assert core.uarts["uart3"].trigger == 8  # FCR: half the FIFO
+    assert dev.stage2.sha256(0, 4096) == hashlib.sha256(board.flash.read(0, 4096)).digest()
+    board.run_for(0.01)
+    woken = board.status()["core"]
+    assert woken["traps"] == 0 and woken["idle_skips"] > after["idle_skips"]  # asleep again
+
+
 def test_unaligned_write_keeps_neighbours_and_reads_back(dev):
     board, s2 = dev.port.sim_board, dev.stage2
     before = os.urandom(0x30000)

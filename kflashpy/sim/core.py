@@ -19,6 +19,7 @@ unicorn never performs RISC-V trap entry and cannot raise MEIP/MTIP (issues #240
 from __future__ import annotations
 
 import ctypes
+import math
 import signal
 import threading
 from typing import Any
@@ -223,6 +224,7 @@ class Core:
         self._loops: set[int] = set()  # addresses of hooked counting loops
         self._loop_probes: set[int] = set()  # slice-end PCs already looked at
         self._interrupted = False  # Ctrl-C arrived while the engine ran (see run)
+        self._asleep = False  # stopped in wfi, waiting for an interrupt (see _wfi_wake)
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
@@ -257,6 +259,8 @@ class Core:
         for name, uart in self.uarts.items():
             self.plic.sources[k210.UART_IRQ[name]] = uart.irq
             uart.pull = self._puller(uart)
+        for uart in dw_uarts.values():
+            uart.now = self._time
         self.sha = ShaEngine()
         self.aes = AesEngine()
         models: dict[str, Any] = {
@@ -511,8 +515,8 @@ class Core:
             if uart is self.rx_uart and self._in_slice:
                 now = self._time()
                 if wire.next_at <= now:
-                    for _, chunk in wire.receive(now, uart.baud()):
-                        uart.receive(chunk)
+                    for at, chunk in wire.receive(now, uart.baud()):
+                        uart.receive(chunk, at)
 
         return pull
 
@@ -670,8 +674,8 @@ class Core:
         if uart is None:
             wire.receive(board.now, board.host_baud)
             return
-        for _, chunk in wire.receive(board.now, uart.baud()):
-            uart.receive(chunk)
+        for at, chunk in wire.receive(board.now, uart.baud()):
+            uart.receive(chunk, at)
 
     def _next_event(self, t_end: float, mie: int) -> float:
         """When the next slice must end: the RX FIFO would fill, or mtimecmp is due
@@ -724,6 +728,12 @@ class Core:
         board = self.board
         self._halt_reason = ""
         while board.now < t_end and board.core is self and not self._interrupted:
+            if self._asleep:  # in wfi: nothing runs until an interrupt is pending
+                wake = self._wfi_wake(t_end)
+                board.now = max(board.now, t_end if wake is None else wake)
+                if wake is None:
+                    continue
+                self._asleep = False
             self._sync_rx()
             regs = self._trap_regs()
             mie, pc = regs[1], regs[3]
@@ -776,10 +786,12 @@ class Core:
                 return
             if self._skip is not None:
                 target = self._skip
-            elif (
-                self._idle_hit
-                or self._at_wfi(pc)
-                or (marks == (self._mmio_count, self.traps) and self._learn_idle_loop())
+            elif self._at_wfi(pc):
+                self._asleep = True
+                self.idle_skips += 1
+                continue
+            elif self._idle_hit or (
+                marks == (self._mmio_count, self.traps) and self._learn_idle_loop()
             ):
                 target = t_end
                 self.idle_skips += 1
@@ -787,6 +799,38 @@ class Core:
                 continue
             mie = self._rr(rv.UC_RISCV_REG_MIE)
             board.now = max(board.now, min(target, self._next_event(t_end, mie)))
+
+    def _wfi_wake(self, t_end: float) -> float | None:
+        """When a hart in ``wfi`` resumes (None: not before ``t_end``; it sleeps on in
+        the next :meth:`run`): as soon as an interrupt is pending and enabled in ``mie``,
+        whether or not mstatus.MIE lets it be taken (the privileged spec's wfi). The
+        clock jumps straight there: the RX FIFO reaching its trigger level or timing out
+        (for the link UART, when the PLIC would pass it on), ``mtimecmp``."""
+        self._sync_rx()
+        now = self.board.now
+        mie = self._rr(rv.UC_RISCV_REG_MIE)
+        if self._pending_cause(mie):
+            return now
+        wake = math.inf
+        if mie & MIE_MTIE:
+            wake = min(wake, self._mtimecmp_time())
+        uart = self.rx_uart
+        if mie & MIE_MEIE and uart is not None and self.plic.passes(k210.UART_IRQ[uart.name]):
+            at = uart.irq_at(self.board.to_board)
+            if at is not None:
+                wake = min(wake, at)
+        return max(now, wake) if wake < t_end else None
+
+    def _mtimecmp_time(self) -> float:
+        """The first virtual time at which ``mtime`` reads ``mtimecmp`` or more."""
+        cmp = self.clint.cmp
+        if cmp == _NEVER or not self.cpu_hz:
+            return math.inf
+        hz, base, t0 = self.cpu_hz, self._mtime_base, self._mtime_t0
+        due = t0 + (cmp - base) * 50 / hz
+        while base + int((due - t0) * hz / 50) < cmp:  # float rounding: a few ulps on
+            due = math.nextafter(due, math.inf)
+        return due
 
     def _watch_stores(self, on: bool) -> None:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so

@@ -223,6 +223,13 @@ class Plic:
                 return irq
         return 0
 
+    def passes(self, irq: int) -> bool:
+        """Would source ``irq`` raise MEIP when its level is up (enabled, priority above
+        the threshold, not claimed)?"""
+        return (
+            self.priority[irq] > self.threshold and self._enabled(irq) and irq not in self.claimed
+        )
+
     def read(self, offset: int, size: int) -> int:
         if offset == 0x20_0004:  # claim (the hot path: once per interrupt)
             irq = self.best()

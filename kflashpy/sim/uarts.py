@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .periph import merge
+from .wire import BITS_PER_BYTE, Wire
 
 Transmit = Callable[[str, int], None]  # (uart name, byte)
 
@@ -37,8 +38,9 @@ class _Uart:
         # have arrived by the core's current time (a no-op until a core is attached)
         self.pull: Callable[[], None] = _nothing
 
-    def receive(self, data: bytes) -> None:
-        """Bytes arrived on the RX pin; those that do not fit the FIFO are lost."""
+    def receive(self, data: bytes, at: float = 0.0) -> None:
+        """Bytes arrived on the RX pin, the last one complete at ``at``; those that do not
+        fit the FIFO are lost."""
         room = self.fifo_depth - len(self.rx)
         if len(data) > room:
             self.overruns += len(data) - room
@@ -52,6 +54,13 @@ class _Uart:
         raise NotImplementedError
 
     def irq(self) -> bool:
+        raise NotImplementedError
+
+    def irq_at(self, wire: Wire) -> float | None:
+        """When :meth:`irq` rises if the guest touches nothing meanwhile, given the bytes
+        in flight on ``wire`` (its receive state delivered up to now): 0.0 if it is up
+        already, None if it stays down until the guest acts. The core skips a hart in
+        ``wfi`` straight to it."""
         raise NotImplementedError
 
 
@@ -76,6 +85,13 @@ class Uarths(_Uart):
 
     def irq(self) -> bool:
         return bool(self.regs[4] & self._ip())
+
+    def irq_at(self, wire: Wire) -> float | None:
+        if self.irq():
+            return 0.0
+        if not self.regs[4] & 2:  # only rxwm can rise by itself
+            return None
+        return wire.arrival_of((self.regs[3] >> 16 & 7) + 1 - len(self.rx))
 
     def read(self, offset: int, size: int) -> int:
         reg = offset >> 2
@@ -122,34 +138,87 @@ RBR, IER, IIR, LCR, MCR, LSR, MSR, SCR, USR, TFL, RFL, DLF = (
     0xC0,
 )
 IER_ERBFI, IER_ETBEI, IER_PTIME = 0x01, 0x02, 0x80
+# FCR[7:6]: the RX FIFO level that raises "received data available" (IIR 0x4): one
+# character, a quarter, half, two less than full
+RX_TRIGGERS = (1, 4, 8, 14)
+# "character timeout" (IIR 0xC): characters wait in the RX FIFO below the trigger level
+# and none came in or was read for this many character times
+TIMEOUT_CHARS = 4
 _RX_STATE = frozenset((RBR, IIR, LSR, USR, RFL))  # registers that show received data
 LCR_DLAB = 0x80
 
 
 class DwUart(_Uart):
-    """DesignWare APB UART (UART1/2/3) as the K210 SDK programs it."""
+    """DesignWare APB UART (UART1/2/3) as the K210 SDK programs it.
+
+    The receive interrupt (IER.ERBFI) follows the FIFO: "received data available" once
+    the RX FIFO holds the FCR trigger level, "character timeout" when fewer wait there
+    and nothing came in or was read for :data:`TIMEOUT_CHARS` character times."""
 
     def __init__(self, name: str, clock: Callable[[], float], transmit: Transmit) -> None:
         super().__init__(name, clock, transmit)
+        # the virtual time (the core's, mid-slice included), for the character timeout
+        self.now: Callable[[], float] = lambda: 0.0
         self.reset()
 
     def reset(self) -> None:
         """Peripheral reset (SYSCTL peri_reset): registers to defaults, FIFOs emptied."""
         self.dll = self.dlh = self.dlf = 0
         self.ier = self.lcr = self.mcr = self.scr = self.fcr = 0
+        self.trigger = 1
+        self.rx_activity = 0.0  # when a byte last came into or left the RX FIFO
         self.rx.clear()
+
+    def receive(self, data: bytes, at: float = 0.0) -> None:
+        super().receive(data, at)
+        self.rx_activity = max(self.rx_activity, at)
 
     def baud(self) -> float:
         divisor = 4096 * self.dlh + 16 * self.dll + self.dlf
         return self._clock() / divisor if divisor else 0.0
 
+    def _timeout_s(self) -> float:
+        baud = self.baud()
+        return TIMEOUT_CHARS * BITS_PER_BYTE / baud if baud else float("inf")
+
+    def _rx_irq(self) -> int:
+        """The receive interrupt's IIR code (0x4, 0xC) or 0, ERBFI set."""
+        if self.trigger > 1:
+            self.pull()  # only programs that set a trigger level pay for an exact level
+        n = len(self.rx)
+        if not n:
+            return 0
+        if n >= self.trigger:
+            return 0x04
+        return 0x0C if self.now() >= self.rx_activity + self._timeout_s() else 0
+
     def irq(self) -> bool:
-        return bool(self.ier & IER_ERBFI and self.rx) or bool(self.ier & IER_ETBEI)
+        ier = self.ier
+        if ier & IER_ERBFI and (self._rx_irq() if self.trigger > 1 else self.rx):
+            return True
+        return bool(ier & IER_ETBEI)
+
+    def irq_at(self, wire: Wire) -> float | None:
+        if self.irq():
+            return 0.0
+        if not self.ier & IER_ERBFI:
+            return None
+        # walk the bytes in flight: the trigger level is reached at the arrival of the
+        # one that completes it, unless a gap of a timeout comes first with bytes waiting
+        count, last, timeout = len(self.rx), self.rx_activity, self._timeout_s()
+        for arrival in wire.arrivals(self.trigger - count):
+            if count and arrival > last + timeout:
+                return last + timeout
+            count, last = count + 1, arrival
+        if count >= self.trigger:
+            return last
+        return last + timeout if count else None
 
     def _iir(self) -> int:
         fifo = 0xC0 if self.fcr & 1 else 0
-        if self.ier & IER_ERBFI and self.rx:
-            return fifo | 0x04
+        code = self._rx_irq() if self.ier & IER_ERBFI else 0
+        if code:
+            return fifo | code
         if self.ier & IER_ETBEI:
             return fifo | 0x02
         return fifo | 0x01
@@ -168,6 +237,8 @@ class DwUart(_Uart):
                 return 0
             value = self.rx[0]
             del self.rx[0]
+            if self.trigger > 1:  # a read restarts the character timeout
+                self.rx_activity = self.now()
             return value
         if offset == IIR:
             return self._iir()
@@ -203,6 +274,7 @@ class DwUart(_Uart):
                 self.ier = value & 0xFF
         elif offset == IIR:
             self.fcr = value & 0xFF
+            self.trigger = RX_TRIGGERS[value >> 6 & 3] if value & 1 else 1
             if value & 0x02:
                 self.rx.clear()
         elif offset == LCR:

@@ -96,6 +96,18 @@ class Wire:
             count -= left
         return None
 
+    def arrivals(self, count: int) -> list[float]:
+        """Arrival times of the next ``count`` undelivered bytes (fewer if fewer are
+        queued), in one pass over the segments."""
+        out: list[float] = []
+        for seg in self._segments:
+            t0, dt = seg.t0, seg.dt
+            for i in range(seg.pos, min(len(seg.data), seg.pos + count - len(out))):
+                out.append(t0 + (i + 1) * dt)
+            if len(out) >= count:
+                break
+        return out
+
     def pending(self) -> int:
         """Bytes queued and not yet delivered (whether or not they have arrived)."""
         return self._pending
