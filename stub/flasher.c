@@ -460,6 +460,35 @@ static void flash_erase(u8 op, u32 addr)
  * page read; until then, and on chips whose QE bit is not known, reads use 0x03. */
 static int quad; /* 0 not yet checked, 1 in use, -1 not used */
 
+/* 4 KiB sectors known to read erased: marked where a hash list found a sector blank,
+ * cleared when a page of it is programmed (program_start), so a write over them merges
+ * without reading them again. A mark made by the unchecked quad blank test (quad == 0,
+ * see hash_range) is used only once quad reads have been shown to return what standard
+ * reads return (quad != 0): the same read path on the same chip, nothing else changed
+ * the flash meanwhile; if that check fails, every mark is dropped. */
+static u8 erased_map[(16u << 20) / SECTOR / 8];
+
+static void erased_set(u32 addr, int on)
+{
+    u32 s = addr / SECTOR;
+    if (on)
+        erased_map[s / 8] |= (u8)(1u << (s % 8));
+    else
+        erased_map[s / 8] &= (u8)~(1u << (s % 8));
+}
+
+static int erased_known(u32 addr)
+{
+    u32 s = addr / SECTOR;
+    return quad != 0 && (erased_map[s / 8] >> (s % 8) & 1);
+}
+
+static void erased_forget(void)
+{
+    for (u32 i = 0; i < sizeof(erased_map); i++)
+        erased_map[i] = 0;
+}
+
 static int varied(const u8 *p, u32 n)
 {
     u8 seen[32] = {0};
@@ -484,6 +513,8 @@ static void quad_check(u32 addr, const u8 *want)
     for (u32 i = 0; i < PAGE; i++)
         if (got[i] != want[i])
             quad = -1;
+    if (quad < 0)
+        erased_forget();
 }
 
 /* reads in page-sized pieces so the link is served in between */
@@ -532,12 +563,22 @@ static int page_check(u32 addr, const u8 *want)
     return 1;
 }
 
-/* one whole, page-aligned page, on one data line, then read back (on a blank chip the
- * first page of varied data read back this way checks quad reads, see flash_read) */
+/* issue the program of one whole, page-aligned page: over four lines (0x32) or one (0x02) */
+static void program_start(u32 addr, const u8 *p, int wide)
+{
+    erased_set(addr, 0);
+    flash_simple(0x06);
+    if (wide)
+        spi_write_quad(addr, p, PAGE);
+    else
+        spi_write32((0x02u << 24) | addr, p, PAGE);
+}
+
+/* one page on one data line, then read back (on a blank chip the first page of varied
+ * data read back this way checks quad reads, see flash_read) */
 static void flash_program_std(u32 addr, const u8 *p)
 {
-    flash_simple(0x06);
-    spi_write32((0x02u << 24) | addr, p, PAGE);
+    program_start(addr, p, 0);
     flash_wait(400);
     page_check(addr, p);
 }
@@ -558,8 +599,7 @@ static void flash_program(u32 base, const u8 *src, u32 pg)
         flash_program_std(base + pg, src + pg);
         return;
     }
-    flash_simple(0x06);
-    spi_write_quad(base + pg, src + pg, PAGE);
+    program_start(base + pg, src + pg, 1);
     flash_wait(400);
     if (quad_prog) {
         page_check(base + pg, src + pg);
@@ -609,6 +649,7 @@ static void flash_init(void)
 {
     static const u8 exit_crm[2] = {0xFF, 0xFF};
     u8 c[5] = {0x4B, 0, 0, 0, 0};
+    erased_forget();
     SYSCTL_PERI_RESET |= PERI_SPI3;
     delay_us(10);
     SYSCTL_PERI_RESET &= ~PERI_SPI3;
@@ -654,6 +695,11 @@ static void flash_init(void)
  * (bg_finish), before anything else is answered; the next frame's own flash work waits
  * for that. Only with checked quad programs, for a frame that is one whole unit
  * (B5/B6 of at most a block, as the host sends them). */
+/* typical busy times (us) of a 4 KiB erase, a 64 KiB erase and a page program: the
+ * datasheet figures of the 25-series chips these boards carry */
+#define T_SECTOR_ERASE 45000u
+#define T_BLOCK_ERASE 150000u
+#define T_PAGE 700u
 #define MTIME (*(volatile u64 *)0x0200BFF8u) /* CLINT timer: CPU clock / 50 */
 #define TICKS(us) ((us) * (CPU_HZ / 50u / 1000u) / 1000u) /* CLINT ticks in us microseconds */
 
@@ -666,7 +712,9 @@ struct pending {
 
 static struct {
     u32 base, pg, end; /* the unit, the next page and the end (offsets in unit_buf) */
-    u64 due;           /* when to read the status of the page in flight */
+    u64 t0, due;       /* when the page in flight started; when to read its status */
+    u64 took;          /* learned page program time (CLINT ticks), see bg_service */
+    int looked;        /* the status of the page in flight was read busy */
     int deferred;      /* an acknowledgement is owed (pend) */
     int active;        /* pages left to program or check */
     int busy, allowed, in;
@@ -680,18 +728,25 @@ static void bg_service(void)
         return;
     bg.in = 1;
     if (bg.busy) {
-        /* the status is read at the typical page time, then every 50 us: a few reads
-         * per page, not a poll between every few decoded symbols */
-        if (MTIME < bg.due) {
-            digest_step();
+        /* The status is first read a little before the page is expected to be done,
+         * then at every call: the chip's own page time is learned as the pages go (the
+         * time at which a page was last seen done after being seen busy; looked at 3 %
+         * earlier whenever the first read already finds it done), so the next page goes
+         * out within a poll of the end whatever the chip's speed. A digest step (about
+         * 10 us) is taken only where it ends before the first read is due. */
+        u64 now = MTIME;
+        if (now < bg.due) {
+            if (bg.due - now > TICKS(12u))
+                digest_step();
             bg.in = 0;
             return;
         }
         if (flash_sr1() & 1) {
-            bg.due = MTIME + TICKS(50u);
+            bg.looked = 1;
             bg.in = 0;
             return;
         }
+        bg.took = bg.looked ? now - bg.t0 : bg.took - bg.took / 32;
         page_check(bg.base + bg.pg, unit_buf + bg.pg);
         bg.busy = 0;
         bg.pg += PAGE;
@@ -699,9 +754,12 @@ static void bg_service(void)
     while (bg.pg < bg.end && !page_dirty[bg.pg / PAGE])
         bg.pg += PAGE;
     if (bg.pg < bg.end) {
-        flash_simple(0x06);
-        spi_write_quad(bg.base + bg.pg, unit_buf + bg.pg, PAGE);
-        bg.due = MTIME + TICKS(680u); /* about the typical page program time */
+        program_start(bg.base + bg.pg, unit_buf + bg.pg, 1);
+        bg.t0 = MTIME;
+        if (!bg.took)
+            bg.took = TICKS(T_PAGE * 6 / 10);
+        bg.due = bg.t0 + bg.took - TICKS(3u);
+        bg.looked = 0;
         bg.busy = 1;
     } else {
         bg.active = 0;
@@ -737,7 +795,7 @@ static void write_done(struct pending *pend, u8 bad);
  * every POLL_US, the digest advanced meanwhile), then let bg_service go on. */
 static void bg_wait(void)
 {
-    while (bg.busy && MTIME < bg.due) {
+    while (bg.busy && MTIME + TICKS(12u) < bg.due) {
         uart_poll();
         if (!digest_step())
             delay_us(POLL_US);
@@ -758,12 +816,6 @@ static void bg_finish(void)
     write_done(&bg.pend, ST_BAD_CHECK);
     answer(&bg.pend);
 }
-
-/* typical busy times (us) of a 4 KiB erase, a 64 KiB erase and a page program: the
- * datasheet figures of the 25-series chips these boards carry */
-#define T_SECTOR_ERASE 45000u
-#define T_BLOCK_ERASE 150000u
-#define T_PAGE 700u
 
 /* Merge src (the new bytes of [lo, hi)) into the unit at base, read from the flash
  * page by page; mark pages that change and sectors that need an erase (a bit from 0
@@ -794,7 +846,22 @@ static u32 merge_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src, u8 *sec
         page_dirty[pg / PAGE] = 0;
         if (base + pg + PAGE <= lo || base + pg >= hi)
             continue;
-        flash_read(base + pg, u, PAGE);
+        if (erased_known(base + pg)) { /* nothing to read: a whole new page is copied */
+            u64 *w = (u64 *)u;
+            const u8 *from = src + (base + pg - lo);
+            if (base + pg >= lo && base + pg + PAGE <= hi && !((u64)from & 7)) {
+                const u64 *f = (const u64 *)from;
+                for (u32 i = 0; i < PAGE / 8; i++)
+                    w[i] = f[i];
+                page_dirty[pg / PAGE] = !is_blank(u, PAGE);
+                uart_poll();
+                continue;
+            }
+            for (u32 i = 0; i < PAGE / 8; i++)
+                w[i] = ~0ul;
+        } else {
+            flash_read(base + pg, u, PAGE);
+        }
         u32 a = base + pg > lo ? base + pg : lo;
         u32 b = base + pg + PAGE < hi ? base + pg + PAGE : hi;
         for (u32 x = a; x < b; x++) {
@@ -948,6 +1015,8 @@ static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
             }
             blank = is_blank(buf, PAGE);
         }
+        if (addr % SECTOR == 0)
+            erased_set(addr, blank);
         if (blank && blank_digest_ok) {
             for (int i = 0; i < 32; i++)
                 out[i] = blank_digest[i];
