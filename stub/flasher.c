@@ -320,6 +320,26 @@ static void spi_read_quad(u32 addr, u8 *out, u32 n)
     spi_drain32(out, n / 4);
 }
 
+/* Does [addr, addr + n) read erased over four lines? A page per transaction (n a
+ * multiple of it), its words ANDed as they arrive: no bytes to unpack. */
+static int quad_erased(u32 addr, u32 n)
+{
+    u32 all = ~0u;
+    for (u32 end = addr + n; addr < end && all == ~0u; addr += PAGE) {
+        spi_start_quad(2 /* RX only */, 8, PAGE / 4, 0x6B, addr);
+        SPI_SER = 1;
+        for (u32 left = PAGE / 4; left;) {
+            u32 lvl = SPI_RXFLR;
+            left -= lvl;
+            while (lvl--)
+                all &= SPI_DR;
+        }
+        spi_stop();
+        uart_poll();
+    }
+    return all == ~0u;
+}
+
 /* Send `words` 32-bit data frames behind the `queued` entries already in the TX FIFO,
  * then wait for the end of the transfer. The FIFO is topped up at most 8 entries (5 us
  * of SCLK) between two link polls: at 3 Mbaud the 16-byte UART FIFO fills in 53 us. */
@@ -729,10 +749,10 @@ static void bg_service(void)
     bg.in = 1;
     if (bg.busy) {
         /* The status is first read a little before the page is expected to be done,
-         * then at every call: the chip's own page time is learned as the pages go (the
+         * then every 2 us: the chip's own page time is learned as the pages go (the
          * time at which a page was last seen done after being seen busy; looked at 3 %
          * earlier whenever the first read already finds it done), so the next page goes
-         * out within a poll of the end whatever the chip's speed. A digest step (about
+         * out within 2 us of the end whatever the chip's speed. A digest step (about
          * 10 us) is taken only where it ends before the first read is due. */
         u64 now = MTIME;
         if (now < bg.due) {
@@ -743,6 +763,7 @@ static void bg_service(void)
         }
         if (flash_sr1() & 1) {
             bg.looked = 1;
+            bg.due = now + TICKS(2u);
             bg.in = 0;
             return;
         }
@@ -1001,19 +1022,18 @@ static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
     int blank = n == SECTOR && !also;
     sha256_init(&s);
     if (blank) { /* read the sector first; hash it only if it holds data */
-        for (u32 pg = 0; pg < SECTOR && blank; pg += PAGE) {
-            /* On a blank chip quad reads cannot be checked before the first write, yet
-             * the chip's QE bit is known to be set (quad == 0): the blank test reads
-             * over four lines, 4x faster. A page that does not read erased this way is
-             * hashed below from standard reads, so a data sector's digest never rests
-             * on unchecked quad reads. */
-            if (quad == 0) {
-                spi_read_quad(addr + pg, buf, PAGE);
-                uart_poll();
-            } else {
+        /* On a blank chip quad reads cannot be checked before the first write, yet the
+         * chip's QE bit is known to be set (quad == 0): the blank test reads over four
+         * lines, 4x faster. A sector that does not read erased this way is hashed below
+         * from standard reads, so a data sector's digest never rests on unchecked quad
+         * reads. */
+        if (quad >= 0) {
+            blank = quad_erased(addr, SECTOR);
+        } else {
+            for (u32 pg = 0; pg < SECTOR && blank; pg += PAGE) {
                 flash_read(addr + pg, buf, PAGE);
+                blank = is_blank(buf, PAGE);
             }
-            blank = is_blank(buf, PAGE);
         }
         if (addr % SECTOR == 0)
             erased_set(addr, blank);
