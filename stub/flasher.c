@@ -11,7 +11,7 @@
  */
 #include "flasher.h"
 
-#define PROTO_VERSION 2
+#define PROTO_VERSION 3
 #define FW_VERSION 1
 
 #define CAP_READ (1u << 0)
@@ -25,7 +25,8 @@
 #define CAP_REBOOT (1u << 8)
 #define CAP_PIPELINE (1u << 9)
 #define CAP_WRITE_DIGEST (1u << 10)
-#define CAPS 0x7FFu
+#define CAP_DICT (1u << 11)
+#define CAPS 0xFFFu
 
 /* kflash-compatible */
 #define OP_FLASH_ERASE 0xD3
@@ -45,6 +46,7 @@
 #define OP_WRITE_DEFLATE 0xB6
 #define OP_ERASE 0xB7
 #define OP_CHIP_ERASE 0xB8
+#define OP_WRITE_DEFLATE_DICT 0xBC
 
 #define NSLOT 4
 #define WRITE_WINDOW 3
@@ -56,6 +58,9 @@
 #define POLL_US 10
 /* a write's pages read back from the flash differ from what was programmed */
 #define ST_BAD_CHECK 0xE8
+/* a BC frame names a dictionary the board does not hold */
+#define ST_NO_DICT 0xE9
+#define DICT 32768u /* the longest preset dictionary: DEFLATE's window */
 
 /* SRAM the host may write with SRAM_WRITE: everything below the flasher */
 #define SRAM_LO 0x80000000u
@@ -75,7 +80,11 @@ static u32 rx_len;
 static int rx_esc, rx_skip = 1;
 
 static u8 unit_buf[BLOCK] __attribute__((aligned(8))); /* old + merged flash content */
-static u8 inflate_buf[BLOCK] __attribute__((aligned(8)));
+/* decoded frames go to inflate_buf; the dictionary (the tail of the last write frame
+ * decoded) sits right in front of it, where back references reach it */
+static u8 inflate_mem[DICT + BLOCK] __attribute__((aligned(8)));
+#define inflate_buf (inflate_mem + DICT)
+static u32 dict_len, dict_end; /* its length; the flash address its bytes ended at */
 static u8 page_dirty[BLOCK / PAGE];
 static u32 crc_table[256];
 
@@ -1211,6 +1220,48 @@ static void write_done(struct pending *pend, u8 bad)
         pend->st = bad;
 }
 
+/* Keep the last (up to DICT) bytes of a write frame's data in front of inflate_buf:
+ * the dictionary a BC frame may name next (p may be inflate_buf itself). */
+static void dict_keep(u32 addr, const u8 *p, u32 n)
+{
+    u32 k = n < DICT ? n : DICT;
+    u8 *to = inflate_buf - k;
+    for (u32 i = 0; i < k; i++) {
+        to[i] = p[n - k + i];
+        if ((i & 1023) == 1023)
+            uart_poll();
+    }
+    dict_len = k;
+    dict_end = addr + n;
+}
+
+/* does the board hold the dictionary a BC frame names (u32 raw length, u32 end
+ * address, u32 length, u32 CRC-32 of its bytes, then the stream)? B6: no dictionary */
+static int dict_check(u8 op, const u8 *d, u32 dn)
+{
+    if (op != OP_WRITE_DEFLATE_DICT)
+        return 1;
+    if (dn < 16)
+        return 0;
+    u32 n = rd32(d + 8);
+    return n <= dict_len && rd32(d + 4) == dict_end &&
+           crc32_polled(inflate_buf - n, n) == rd32(d + 12);
+}
+
+/* decode a B6/BC frame (raw length checked by the caller) into inflate_buf and keep
+ * its tail as the next dictionary: ST_OK, ST_NO_DICT or ST_BAD_WRITE */
+static u8 decode_frame(u8 op, u32 addr, const u8 *d, u32 dn, u32 *out)
+{
+    u32 hdr = op == OP_WRITE_DEFLATE_DICT ? 16 : 4;
+    if (!dict_check(op, d, dn))
+        return ST_NO_DICT;
+    if (inflate_raw(d + hdr, dn - hdr, inflate_buf, hdr > 4 ? rd32(d + 8) : 0, BLOCK, out) ||
+        *out != rd32(d))
+        return ST_BAD_WRITE;
+    dict_keep(addr, inflate_buf, *out);
+    return ST_OK;
+}
+
 static void handle(struct slot *sl, struct pending *pend)
 {
     const u8 *f = sl->data;
@@ -1237,11 +1288,11 @@ static void handle(struct slot *sl, struct pending *pend)
     /* while the previous frame programs: check this one and decode it if compressed */
     bg_allow(1);
     int crc_ok = op == OP_NOP || crc32_polled(f + 8, n - 8) == rd32(f + 4);
-    int pre = -1; /* decoded ahead: 0 ok, 1 bad */
+    int pre = -1; /* decoded ahead: the status */
     u32 pre_out = 0;
-    if (bg.deferred && crc_ok && op == OP_WRITE_DEFLATE && len == dn && dn >= 4 &&
-        rd32(d) <= BLOCK)
-        pre = inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &pre_out) || pre_out != rd32(d);
+    if (bg.deferred && crc_ok && (op == OP_WRITE_DEFLATE || op == OP_WRITE_DEFLATE_DICT) &&
+        len == dn && dn >= 4 && rd32(d) <= BLOCK && in_flash(addr, rd32(d)))
+        pre = decode_frame(op, addr, d, dn, &pre_out);
     bg_allow(0);
     bg_finish();
     if (!crc_ok) {
@@ -1266,33 +1317,38 @@ static void handle(struct slot *sl, struct pending *pend)
         if (!data_ok || !in_flash(addr, len)) {
             pend->st = ST_BAD_LEN;
         } else {
+            if (op == OP_WRITE)
+                dict_keep(addr, d, len);
             digest_begin(d, len);
             write_range(addr, d, len);
             write_done(pend, pend->ext ? ST_BAD_CHECK : ST_BAD_WRITE);
         }
         return;
-    case OP_WRITE_DEFLATE: {
+    case OP_WRITE_DEFLATE:
+    case OP_WRITE_DEFLATE_DICT: {
         u32 out = 0;
         pend->ext = 1;
+        pend->n = p0;
         if (!data_ok || dn < 4 || p0 > BLOCK || !in_flash(addr, p0)) {
             pend->st = ST_BAD_LEN;
-        } else if (pre < 0 && addr % BLOCK == 0 && p0 == BLOCK && block_has_data(addr)) {
+        } else if (pre < 0 && addr % BLOCK == 0 && p0 == BLOCK && dict_check(op, d, dn) &&
+                   block_has_data(addr)) {
             /* a whole block over old data: erase it while the frame is decoded */
             flash_erase_start(0xD8, addr);
-            int bad = inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0;
+            u8 st = decode_frame(op, addr, d, dn, &out);
             flash_wait(0);
-            if (bad) {
-                pend->st = ST_BAD_WRITE;
+            if (st != ST_OK) {
+                pend->st = st;
             } else {
                 digest_begin(inflate_buf, out);
                 wd_erased = 1;
                 program_erased(addr, inflate_buf, BLOCK);
                 write_done(pend, ST_BAD_CHECK);
             }
-        } else if (pre >= 0 ? (out = pre_out, pre)
-                            : inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0) {
-            pend->st = ST_BAD_WRITE;
         } else {
+            pend->st = pre >= 0 ? (out = pre_out, (u8)pre) : decode_frame(op, addr, d, dn, &out);
+            if (pend->st != ST_OK)
+                return;
             digest_begin(inflate_buf, out);
             bg.may = 1;
             write_range(addr, inflate_buf, out);
@@ -1308,7 +1364,6 @@ static void handle(struct slot *sl, struct pending *pend)
             }
             write_done(pend, ST_BAD_CHECK);
         }
-        pend->n = p0;
         return;
     }
     case OP_FLASH_ERASE:
@@ -1427,7 +1482,7 @@ static void answer(struct pending *p)
 {
     if (!p->op)
         return;
-    if (p->op == OP_WRITE_DEFLATE)
+    if (p->op == OP_WRITE_DEFLATE || p->op == OP_WRITE_DEFLATE_DICT)
         p->op = OP_WRITE; /* every write acknowledgement carries 0xB5 */
     if (p->digest) {
         reply_begin(p->op, p->st);

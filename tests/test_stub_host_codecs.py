@@ -41,7 +41,7 @@ def inflate(lib, stream: bytes, cap: int = CAP) -> bytes | None:
     test if the decoder wrote past ``cap``."""
     out = ctypes.create_string_buffer(b"\xa5" * (cap + GUARD), cap + GUARD)
     n = ctypes.c_uint32(0)
-    rc = lib.inflate_raw(stream, len(stream), out, cap, ctypes.byref(n))
+    rc = lib.inflate_raw(stream, len(stream), out, 0, cap, ctypes.byref(n))
     assert out.raw[cap:] == b"\xa5" * GUARD, "decoder wrote past the output capacity"
     return None if rc else out.raw[: n.value]
 

@@ -81,6 +81,7 @@ class KfpyOp(IntEnum):
     SRAM_WRITE = 0xB9
     EXEC = 0xBA
     SET_BAUD = 0xBB
+    WRITE_DEFLATE_DICT = 0xBC
 
 
 SECTOR = k210.FLASH_SECTOR
@@ -105,6 +106,13 @@ HEAD_SECTORS = sum(AHEAD) // SECTOR
 RETRIES = 6
 #: a write acknowledgement's status when the pages read back differ (flasher protocol 2)
 WRITE_CHECK_FAILED = 0xE8
+#: a BC frame's dictionary is not what the board holds (flasher protocol 3): sent again
+#: without one
+NO_DICTIONARY = 0xE9
+#: IDENTIFY capability bit of BC frames (flasher protocol 3)
+CAP_BIT_DICTIONARY = 1 << 11
+#: the longest preset dictionary: DEFLATE's window
+DICT = 32768
 FLASH_S_PER_FRAME = TIMEOUTS["flash_per_frame"]
 ACK_TIMEOUT = TIMEOUTS["ack"]  # a late ack only costs a (harmless) resend
 HASH_S_PER_MB = TIMEOUTS["hash_per_mb"]
@@ -180,23 +188,59 @@ class FlasherInfo:
         )
 
 
-class _Frame:
-    """One write frame: raw bytes, the request packet (compressed if smaller), tries."""
+Tail = tuple[int, bytes]  # the flash address a frame's data ended at, and its last bytes
 
-    def __init__(self, at: int, chunk: bytes) -> None:
+
+def _deflate(chunk: bytes, zdict: bytes = b"") -> bytes:
+    c = (
+        zlib.compressobj(9, zlib.DEFLATED, -15, zdict=zdict)
+        if zdict
+        else zlib.compressobj(9, zlib.DEFLATED, -15)
+    )
+    return c.compress(chunk) + c.flush()
+
+
+class _Frame:
+    """One write frame: raw bytes, the request packet (compressed if smaller), tries.
+
+    ``prior``: the tail of the frame sent before it, which the board keeps as a preset
+    dictionary (docs/flasher-protocol.md, BC); the frame goes as BC when that makes it
+    smaller. A frame sent again goes without one (:meth:`alone`): the board may not
+    hold that tail any more."""
+
+    def __init__(self, at: int, chunk: bytes, prior: Tail | None = None) -> None:
         self.at = at
         self.chunk = chunk
         self.tries = 0
         #: what each failed try saw ("no reply", "damaged reply", "request damaged")
         self.failures: list[str] = []
-        c = zlib.compressobj(9, zlib.DEFLATED, -15)
-        packed = c.compress(chunk) + c.flush()
-        if len(packed) + 4 < len(chunk):
-            self.packet = build_request(
-                KfpyOp.WRITE_DEFLATE, at, struct.pack("<I", len(chunk)) + packed
-            )
-        else:
-            self.packet = build_request(KfpyOp.WRITE, at, chunk)
+        self.packet = self._pack(prior)
+
+    def _pack(self, prior: Tail | None) -> bytes:
+        at, chunk, raw = self.at, self.chunk, struct.pack("<I", len(self.chunk))
+        self.dictionary = False
+        best = (len(chunk), KfpyOp.WRITE, chunk)
+        packed = _deflate(chunk)
+        if len(packed) + 4 < best[0]:
+            best = (len(packed) + 4, KfpyOp.WRITE_DEFLATE, raw + packed)
+        if prior is not None:
+            end, tail = prior
+            packed = _deflate(chunk, tail)
+            if len(packed) + 16 < best[0]:
+                head = struct.pack("<III", end, len(tail), crc32(tail))
+                best = (len(packed) + 16, KfpyOp.WRITE_DEFLATE_DICT, raw + head + packed)
+                self.dictionary = True
+        return build_request(best[1], at, best[2])
+
+    def alone(self) -> _Frame:
+        """This frame, sent again: without a dictionary."""
+        if self.dictionary:
+            self.packet = self._pack(None)
+        return self
+
+    def tail(self) -> Tail:
+        """What the board keeps of this frame as the next frame's dictionary."""
+        return self.at + len(self.chunk), self.chunk[-DICT:]
 
 
 def _digest_matches(frame: _Frame, digest: bytes) -> bool:
@@ -606,9 +650,10 @@ class KfpyStage2(Stage2):
             unit_end = -(-end // SECTOR) * SECTOR
         rest, k = unit_end - address - head, (unit_end - address - head) // SECTOR
         self.link.send(KfpyOp.HASH_LIST, address + head, struct.pack("<III", rest, SECTOR, 0))
-        at = address
+        at, prior = address, None
         for n in AHEAD:
-            self._ahead.append(_Frame(at, data[at - address : at - address + n]))
+            self._ahead.append(_Frame(at, data[at - address : at - address + n], prior))
+            prior = self._ahead[-1].tail() if self._dictionaries() else None
             ledger.sent(at, n)
             self.link.send_packet(self._ahead[-1].packet)
             at += n
@@ -759,6 +804,10 @@ class KfpyStage2(Stage2):
             pos = hi
         return out
 
+    def _dictionaries(self) -> bool:
+        """Does the flasher take BC frames (protocol 3)?"""
+        return self.info is not None and bool(self.info.caps & CAP_BIT_DICTIONARY)
+
     def _failed(self, frame: _Frame, seen: str) -> list[_Frame]:
         """A frame to send again: smaller, on a line that damages big frames."""
         frame.failures.append(seen)
@@ -769,7 +818,7 @@ class KfpyStage2(Stage2):
                     f"write at 0x{frame.at:08X}: not acknowledged after {frame.tries} tries",
                     _seen(frame.failures, self.link.diagnose()),
                 )
-            return [frame]
+            return [frame.alone()]
         self._frame_limit = max(MIN_FRAME, len(frame.chunk) // 2)
         return [
             _Frame(frame.at + off, frame.chunk[off : off + n])
@@ -819,10 +868,11 @@ class KfpyStage2(Stage2):
             self._barrier()
             self.link.discard_input()
         self._ahead = []
-        todo = deque(
-            _Frame(at, data[at - address : at - address + n])
-            for at, n in _minus(cuts, [(f.at, f.at + len(f.chunk)) for f in inflight])
-        )
+        todo: deque[_Frame] = deque()
+        prior = inflight[-1].tail() if inflight else None
+        for at, n in _minus(cuts, [(f.at, f.at + len(f.chunk)) for f in inflight]):
+            todo.append(_Frame(at, data[at - address : at - address + n], prior))
+            prior = todo[-1].tail() if self._dictionaries() else None
         baud = self.link.port.baudrate
         streak = 0
         while todo or inflight:
@@ -852,6 +902,16 @@ class KfpyStage2(Stage2):
                 window, streak = 1, 0
                 continue
             at, n = struct.unpack_from("<II", p)
+            lost = 0
+            while inflight and inflight[0].at != at:
+                todo.appendleft(inflight.popleft().alone())  # lost on the way: send again
+                lost += 1
+            if resp.status == NO_DICTIONARY:
+                # the board does not hold the tail this frame was packed against (the
+                # frame before it was lost): again, on its own, after the lost ones
+                if inflight:
+                    todo.insert(lost, inflight.popleft().alone())
+                continue
             if resp.status == WRITE_CHECK_FAILED:
                 raise VerifyError(
                     f"write of {n} B at 0x{at:08X}: the flash read back other bytes than "
@@ -863,8 +923,6 @@ class KfpyStage2(Stage2):
                     f"write of {n} B at 0x{at:08X}: refused ({resp.describe()})",
                     "check the range against the flash size (kflashpy flash-id)",
                 )
-            while inflight and inflight[0].at != at:
-                todo.appendleft(inflight.popleft())  # lost on the way: send again
             if inflight:
                 frame = inflight.popleft()
                 checked = len(p) == 44 and n == len(frame.chunk) and _digest_matches(frame, p[8:40])
