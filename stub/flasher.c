@@ -406,8 +406,9 @@ static u8 flash_sr1(void)
 /* ------------------------------------------------------------ write check -- */
 
 /* Every page a write programs or erases is read back and compared with what it should
- * hold; the pages it leaves alone were read from the flash to merge, and held the new
- * bytes already. A write frame's acknowledgement then carries the SHA-256 of the frame's
+ * hold; the pages it leaves alone were read from the flash to merge and held the new
+ * bytes already, or lie in a sector a hash list read erased with nothing programmed
+ * there since (erased_known). A write frame's acknowledgement then carries the SHA-256 of the frame's
  * data: the host compares it with its own, so flash == decoded data == host data, every
  * byte, without a separate hash pass. The digest is computed 64 bytes at a time inside
  * the flash's busy waits (a step takes about POLL_US), where the core would only spin. */
