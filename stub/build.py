@@ -24,7 +24,7 @@ ZIG_VERSION = "0.17.1"
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "kflashpy" / "stub"
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 CAPABILITIES = [
     "read",
     "hash",
@@ -38,6 +38,7 @@ CAPABILITIES = [
     "pipelined-write",
     "identify",
     "write-digest",
+    "write-dictionary",
 ]
 CFLAGS = [
     "-target",

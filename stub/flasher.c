@@ -17,7 +17,7 @@
  */
 #include "flasher.h"
 
-#define PROTO_VERSION 2
+#define PROTO_VERSION 3
 #define FW_VERSION 1
 
 #define CAP_READ (1u << 0)
@@ -31,7 +31,8 @@
 #define CAP_REBOOT (1u << 8)
 #define CAP_PIPELINE (1u << 9)
 #define CAP_WRITE_DIGEST (1u << 10)
-#define CAPS 0x7FFu
+#define CAP_DICT (1u << 11)
+#define CAPS 0xFFFu
 
 /* kflash-compatible */
 #define OP_FLASH_ERASE 0xD3
@@ -51,6 +52,7 @@
 #define OP_WRITE_DEFLATE 0xB6
 #define OP_ERASE 0xB7
 #define OP_CHIP_ERASE 0xB8
+#define OP_WRITE_DEFLATE_DICT 0xBC
 
 #define NSLOT 4
 #define WRITE_WINDOW 3
@@ -61,6 +63,9 @@
 #define PAGE 256u
 /* a write's pages read back from the flash differ from what was programmed */
 #define ST_BAD_CHECK 0xE8
+/* a BC frame names a dictionary the board does not hold */
+#define ST_NO_DICT 0xE9
+#define DICT 32768u /* the longest preset dictionary: DEFLATE's window */
 
 /* SRAM the host may write with SRAM_WRITE: everything below the flasher */
 #define SRAM_LO 0x80000000u
@@ -80,7 +85,11 @@ static u32 rx_len;
 static int rx_esc, rx_skip = 1;
 
 static u8 unit_buf[BLOCK] __attribute__((aligned(8))); /* old + merged flash content */
-static u8 inflate_buf[BLOCK] __attribute__((aligned(8)));
+/* decoded frames go to inflate_buf; the dictionary (the tail of the last write frame
+ * decoded) sits right in front of it, where back references reach it */
+static u8 inflate_mem[DICT + BLOCK] __attribute__((aligned(8)));
+#define inflate_buf (inflate_mem + DICT)
+static u32 dict_len, dict_end; /* its length; the flash address its bytes ended at */
 static u8 page_dirty[BLOCK / PAGE];
 static u32 crc_table[256];
 
@@ -359,6 +368,26 @@ static void spi_read_quad(u32 addr, u8 *out, u32 n)
     spi_drain32(out, n / 4);
 }
 
+/* Does [addr, addr + n) read erased over four lines? A page per transaction (n a
+ * multiple of it), its words ANDed as they arrive: no bytes to unpack. */
+static int quad_erased(u32 addr, u32 n)
+{
+    u32 all = ~0u;
+    for (u32 end = addr + n; addr < end && all == ~0u; addr += PAGE) {
+        spi_start_quad(2 /* RX only */, 8, PAGE / 4, 0x6B, addr);
+        SPI_SER = 1;
+        for (u32 left = PAGE / 4; left;) {
+            u32 lvl = SPI_RXFLR;
+            left -= lvl;
+            while (lvl--)
+                all &= SPI_DR;
+        }
+        spi_stop();
+        uart_poll();
+    }
+    return all == ~0u;
+}
+
 /* Send `words` 32-bit data frames behind the `queued` entries already in the TX FIFO,
  * then wait for the end of the transfer. The FIFO is topped up at most 8 entries (5 us
  * of SCLK) between two link polls: at 3 Mbaud the 16-byte UART FIFO fills in 53 us. */
@@ -416,8 +445,9 @@ static u8 flash_sr1(void)
 /* ------------------------------------------------------------ write check -- */
 
 /* Every page a write programs or erases is read back and compared with what it should
- * hold; the pages it leaves alone were read from the flash to merge, and held the new
- * bytes already. A write frame's acknowledgement then carries the SHA-256 of the frame's
+ * hold; the pages it leaves alone were read from the flash to merge and held the new
+ * bytes already, or lie in a sector a hash list read erased with nothing programmed
+ * there since (erased_known). A write frame's acknowledgement then carries the SHA-256 of the frame's
  * data: the host compares it with its own, so flash == decoded data == host data, every
  * byte, without a separate hash pass. The digest is computed 64 bytes at a time inside
  * the flash's busy waits (a step takes about 10 us), where the core would only sleep. */
@@ -505,6 +535,35 @@ static void flash_erase(u8 op, u32 addr)
  * page read; until then, and on chips whose QE bit is not known, reads use 0x03. */
 static int quad; /* 0 not yet checked, 1 in use, -1 not used */
 
+/* 4 KiB sectors known to read erased: marked where a hash list found a sector blank,
+ * cleared when a page of it is programmed (program_start), so a write over them merges
+ * without reading them again. A mark made by the unchecked quad blank test (quad == 0,
+ * see hash_range) is used only once quad reads have been shown to return what standard
+ * reads return (quad != 0): the same read path on the same chip, nothing else changed
+ * the flash meanwhile; if that check fails, every mark is dropped. */
+static u8 erased_map[(16u << 20) / SECTOR / 8];
+
+static void erased_set(u32 addr, int on)
+{
+    u32 s = addr / SECTOR;
+    if (on)
+        erased_map[s / 8] |= (u8)(1u << (s % 8));
+    else
+        erased_map[s / 8] &= (u8)~(1u << (s % 8));
+}
+
+static int erased_known(u32 addr)
+{
+    u32 s = addr / SECTOR;
+    return quad != 0 && (erased_map[s / 8] >> (s % 8) & 1);
+}
+
+static void erased_forget(void)
+{
+    for (u32 i = 0; i < sizeof(erased_map); i++)
+        erased_map[i] = 0;
+}
+
 static int varied(const u8 *p, u32 n)
 {
     u8 seen[32] = {0};
@@ -529,6 +588,8 @@ static void quad_check(u32 addr, const u8 *want)
     for (u32 i = 0; i < PAGE; i++)
         if (got[i] != want[i])
             quad = -1;
+    if (quad < 0)
+        erased_forget();
 }
 
 /* reads in page-sized pieces so the link is served in between */
@@ -577,12 +638,22 @@ static int page_check(u32 addr, const u8 *want)
     return 1;
 }
 
-/* one whole, page-aligned page, on one data line, then read back (on a blank chip the
- * first page of varied data read back this way checks quad reads, see flash_read) */
+/* issue the program of one whole, page-aligned page: over four lines (0x32) or one (0x02) */
+static void program_start(u32 addr, const u8 *p, int wide)
+{
+    erased_set(addr, 0);
+    flash_simple(0x06);
+    if (wide)
+        spi_write_quad(addr, p, PAGE);
+    else
+        spi_write32((0x02u << 24) | addr, p, PAGE);
+}
+
+/* one page on one data line, then read back (on a blank chip the first page of varied
+ * data read back this way checks quad reads, see flash_read) */
 static void flash_program_std(u32 addr, const u8 *p)
 {
-    flash_simple(0x06);
-    spi_write32((0x02u << 24) | addr, p, PAGE);
+    program_start(addr, p, 0);
     flash_wait(400);
     page_check(addr, p);
 }
@@ -603,8 +674,7 @@ static void flash_program(u32 base, const u8 *src, u32 pg)
         flash_program_std(base + pg, src + pg);
         return;
     }
-    flash_simple(0x06);
-    spi_write_quad(base + pg, src + pg, PAGE);
+    program_start(base + pg, src + pg, 1);
     flash_wait(400);
     if (quad_prog) {
         page_check(base + pg, src + pg);
@@ -654,6 +724,7 @@ static void flash_init(void)
 {
     static const u8 exit_crm[2] = {0xFF, 0xFF};
     u8 c[5] = {0x4B, 0, 0, 0, 0};
+    erased_forget();
     SYSCTL_PERI_RESET |= PERI_SPI3;
     delay_us(10);
     SYSCTL_PERI_RESET &= ~PERI_SPI3;
@@ -699,6 +770,12 @@ static void flash_init(void)
  * (bg_finish), before anything else is answered; the next frame's own flash work waits
  * for that. Only with checked quad programs, for a frame that is one whole unit
  * (B5/B6 of at most a block, as the host sends them). */
+/* typical busy times (us) of a 4 KiB erase, a 64 KiB erase and a page program: the
+ * datasheet figures of the 25-series chips these boards carry */
+#define T_SECTOR_ERASE 45000u
+#define T_BLOCK_ERASE 150000u
+#define T_PAGE 700u
+
 struct pending {
     u8 op, st, ext, digest;
     u32 a, n;
@@ -708,7 +785,9 @@ struct pending {
 
 static struct {
     u32 base, pg, end; /* the unit, the next page and the end (offsets in unit_buf) */
-    u64 due;           /* when to read the status of the page in flight */
+    u64 t0, due;       /* when the page in flight started; when to read its status */
+    u64 took;          /* learned page program time (CLINT ticks), see bg_service */
+    int looked;        /* the status of the page in flight was read busy */
     int deferred;      /* an acknowledgement is owed (pend) */
     int active;        /* pages left to program or check */
     int busy, allowed, in;
@@ -722,18 +801,26 @@ static void bg_service(void)
         return;
     bg.in = 1;
     if (bg.busy) {
-        /* the status is read at the typical page time, then every 50 us: a few reads
-         * per page, not a poll between every few decoded symbols */
-        if (MTIME < bg.due) {
-            digest_step();
+        /* The status is first read a little before the page is expected to be done,
+         * then every 2 us: the chip's own page time is learned as the pages go (the
+         * time at which a page was last seen done after being seen busy; looked at 3 %
+         * earlier whenever the first read already finds it done), so the next page goes
+         * out within 2 us of the end whatever the chip's speed. A digest step (about
+         * 10 us) is taken only where it ends before the first read is due. */
+        u64 now = MTIME;
+        if (now < bg.due) {
+            if (bg.due - now > TICKS(12u))
+                digest_step();
             bg.in = 0;
             return;
         }
         if (flash_sr1() & 1) {
-            bg.due = MTIME + TICKS(50u);
+            bg.looked = 1;
+            bg.due = now + TICKS(2u);
             bg.in = 0;
             return;
         }
+        bg.took = bg.looked ? now - bg.t0 : bg.took - bg.took / 32;
         page_check(bg.base + bg.pg, unit_buf + bg.pg);
         bg.busy = 0;
         bg.pg += PAGE;
@@ -741,9 +828,12 @@ static void bg_service(void)
     while (bg.pg < bg.end && !page_dirty[bg.pg / PAGE])
         bg.pg += PAGE;
     if (bg.pg < bg.end) {
-        flash_simple(0x06);
-        spi_write_quad(bg.base + bg.pg, unit_buf + bg.pg, PAGE);
-        bg.due = MTIME + TICKS(680u); /* about the typical page program time */
+        program_start(bg.base + bg.pg, unit_buf + bg.pg, 1);
+        bg.t0 = MTIME;
+        if (!bg.took)
+            bg.took = TICKS(T_PAGE * 6 / 10);
+        bg.due = bg.t0 + bg.took - TICKS(3u);
+        bg.looked = 0;
         bg.busy = 1;
     } else {
         bg.active = 0;
@@ -779,8 +869,15 @@ static void write_done(struct pending *pend, u8 bad);
  * the digest advanced meanwhile), then let bg_service go on. */
 static void bg_wait(void)
 {
-    if (bg.busy)
-        wait_until(bg.due);
+    if (bg.busy) {
+        /* digest steps (about 10 us each) only where they end before the status is due */
+        if (MTIME + TICKS(12u) < bg.due)
+            wait_until(bg.due - TICKS(12u));
+        while (MTIME < bg.due) {
+            uart_poll();
+            sleep_until(bg.due);
+        }
+    }
     bg.allowed = 1;
     uart_poll();
     bg.allowed = 0;
@@ -797,12 +894,6 @@ static void bg_finish(void)
     write_done(&bg.pend, ST_BAD_CHECK);
     answer(&bg.pend);
 }
-
-/* typical busy times (us) of a 4 KiB erase, a 64 KiB erase and a page program: the
- * datasheet figures of the 25-series chips these boards carry */
-#define T_SECTOR_ERASE 45000u
-#define T_BLOCK_ERASE 150000u
-#define T_PAGE 700u
 
 /* Merge src (the new bytes of [lo, hi)) into the unit at base, read from the flash
  * page by page; mark pages that change and sectors that need an erase (a bit from 0
@@ -833,7 +924,22 @@ static u32 merge_unit(u32 base, u32 size, u32 lo, u32 hi, const u8 *src, u8 *sec
         page_dirty[pg / PAGE] = 0;
         if (base + pg + PAGE <= lo || base + pg >= hi)
             continue;
-        flash_read(base + pg, u, PAGE);
+        if (erased_known(base + pg)) { /* nothing to read: a whole new page is copied */
+            u64 *w = (u64 *)u;
+            const u8 *from = src + (base + pg - lo);
+            if (base + pg >= lo && base + pg + PAGE <= hi && !((u64)from & 7)) {
+                const u64 *f = (const u64 *)from;
+                for (u32 i = 0; i < PAGE / 8; i++)
+                    w[i] = f[i];
+                page_dirty[pg / PAGE] = !is_blank(u, PAGE);
+                uart_poll();
+                continue;
+            }
+            for (u32 i = 0; i < PAGE / 8; i++)
+                w[i] = ~0ul;
+        } else {
+            flash_read(base + pg, u, PAGE);
+        }
         u32 a = base + pg > lo ? base + pg : lo;
         u32 b = base + pg + PAGE < hi ? base + pg + PAGE : hi;
         for (u32 x = a; x < b; x++) {
@@ -973,20 +1079,21 @@ static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
     int blank = n == SECTOR && !also;
     sha256_init(&s);
     if (blank) { /* read the sector first; hash it only if it holds data */
-        for (u32 pg = 0; pg < SECTOR && blank; pg += PAGE) {
-            /* On a blank chip quad reads cannot be checked before the first write, yet
-             * the chip's QE bit is known to be set (quad == 0): the blank test reads
-             * over four lines, 4x faster. A page that does not read erased this way is
-             * hashed below from standard reads, so a data sector's digest never rests
-             * on unchecked quad reads. */
-            if (quad == 0) {
-                spi_read_quad(addr + pg, buf, PAGE);
-                uart_poll();
-            } else {
+        /* On a blank chip quad reads cannot be checked before the first write, yet the
+         * chip's QE bit is known to be set (quad == 0): the blank test reads over four
+         * lines, 4x faster. A sector that does not read erased this way is hashed below
+         * from standard reads, so a data sector's digest never rests on unchecked quad
+         * reads. */
+        if (quad >= 0) {
+            blank = quad_erased(addr, SECTOR);
+        } else {
+            for (u32 pg = 0; pg < SECTOR && blank; pg += PAGE) {
                 flash_read(addr + pg, buf, PAGE);
+                blank = is_blank(buf, PAGE);
             }
-            blank = is_blank(buf, PAGE);
         }
+        if (addr % SECTOR == 0)
+            erased_set(addr, blank);
         if (blank && blank_digest_ok) {
             for (int i = 0; i < 32; i++)
                 out[i] = blank_digest[i];
@@ -1161,6 +1268,48 @@ static void write_done(struct pending *pend, u8 bad)
         pend->st = bad;
 }
 
+/* Keep the last (up to DICT) bytes of a write frame's data in front of inflate_buf:
+ * the dictionary a BC frame may name next (p may be inflate_buf itself). */
+static void dict_keep(u32 addr, const u8 *p, u32 n)
+{
+    u32 k = n < DICT ? n : DICT;
+    u8 *to = inflate_buf - k;
+    for (u32 i = 0; i < k; i++) {
+        to[i] = p[n - k + i];
+        if ((i & 1023) == 1023)
+            uart_poll();
+    }
+    dict_len = k;
+    dict_end = addr + n;
+}
+
+/* does the board hold the dictionary a BC frame names (u32 raw length, u32 end
+ * address, u32 length, u32 CRC-32 of its bytes, then the stream)? B6: no dictionary */
+static int dict_check(u8 op, const u8 *d, u32 dn)
+{
+    if (op != OP_WRITE_DEFLATE_DICT)
+        return 1;
+    if (dn < 16)
+        return 0;
+    u32 n = rd32(d + 8);
+    return n <= dict_len && rd32(d + 4) == dict_end &&
+           crc32_polled(inflate_buf - n, n) == rd32(d + 12);
+}
+
+/* decode a B6/BC frame (raw length checked by the caller) into inflate_buf and keep
+ * its tail as the next dictionary: ST_OK, ST_NO_DICT or ST_BAD_WRITE */
+static u8 decode_frame(u8 op, u32 addr, const u8 *d, u32 dn, u32 *out)
+{
+    u32 hdr = op == OP_WRITE_DEFLATE_DICT ? 16 : 4;
+    if (!dict_check(op, d, dn))
+        return ST_NO_DICT;
+    if (inflate_raw(d + hdr, dn - hdr, inflate_buf, hdr > 4 ? rd32(d + 8) : 0, BLOCK, out) ||
+        *out != rd32(d))
+        return ST_BAD_WRITE;
+    dict_keep(addr, inflate_buf, *out);
+    return ST_OK;
+}
+
 static void handle(struct slot *sl, struct pending *pend)
 {
     const u8 *f = sl->data;
@@ -1187,11 +1336,11 @@ static void handle(struct slot *sl, struct pending *pend)
     /* while the previous frame programs: check this one and decode it if compressed */
     bg_allow(1);
     int crc_ok = op == OP_NOP || crc32_polled(f + 8, n - 8) == rd32(f + 4);
-    int pre = -1; /* decoded ahead: 0 ok, 1 bad */
+    int pre = -1; /* decoded ahead: the status */
     u32 pre_out = 0;
-    if (bg.deferred && crc_ok && op == OP_WRITE_DEFLATE && len == dn && dn >= 4 &&
-        rd32(d) <= BLOCK)
-        pre = inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &pre_out) || pre_out != rd32(d);
+    if (bg.deferred && crc_ok && (op == OP_WRITE_DEFLATE || op == OP_WRITE_DEFLATE_DICT) &&
+        len == dn && dn >= 4 && rd32(d) <= BLOCK && in_flash(addr, rd32(d)))
+        pre = decode_frame(op, addr, d, dn, &pre_out);
     bg_allow(0);
     bg_finish();
     if (!crc_ok) {
@@ -1216,33 +1365,38 @@ static void handle(struct slot *sl, struct pending *pend)
         if (!data_ok || !in_flash(addr, len)) {
             pend->st = ST_BAD_LEN;
         } else {
+            if (op == OP_WRITE)
+                dict_keep(addr, d, len);
             digest_begin(d, len);
             write_range(addr, d, len);
             write_done(pend, pend->ext ? ST_BAD_CHECK : ST_BAD_WRITE);
         }
         return;
-    case OP_WRITE_DEFLATE: {
+    case OP_WRITE_DEFLATE:
+    case OP_WRITE_DEFLATE_DICT: {
         u32 out = 0;
         pend->ext = 1;
+        pend->n = p0;
         if (!data_ok || dn < 4 || p0 > BLOCK || !in_flash(addr, p0)) {
             pend->st = ST_BAD_LEN;
-        } else if (pre < 0 && addr % BLOCK == 0 && p0 == BLOCK && block_has_data(addr)) {
+        } else if (pre < 0 && addr % BLOCK == 0 && p0 == BLOCK && dict_check(op, d, dn) &&
+                   block_has_data(addr)) {
             /* a whole block over old data: erase it while the frame is decoded */
             flash_erase_start(0xD8, addr);
-            int bad = inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0;
+            u8 st = decode_frame(op, addr, d, dn, &out);
             flash_wait(0);
-            if (bad) {
-                pend->st = ST_BAD_WRITE;
+            if (st != ST_OK) {
+                pend->st = st;
             } else {
                 digest_begin(inflate_buf, out);
                 wd_erased = 1;
                 program_erased(addr, inflate_buf, BLOCK);
                 write_done(pend, ST_BAD_CHECK);
             }
-        } else if (pre >= 0 ? (out = pre_out, pre)
-                            : inflate_raw(d + 4, dn - 4, inflate_buf, BLOCK, &out) || out != p0) {
-            pend->st = ST_BAD_WRITE;
         } else {
+            pend->st = pre >= 0 ? (out = pre_out, (u8)pre) : decode_frame(op, addr, d, dn, &out);
+            if (pend->st != ST_OK)
+                return;
             digest_begin(inflate_buf, out);
             bg.may = 1;
             write_range(addr, inflate_buf, out);
@@ -1258,7 +1412,6 @@ static void handle(struct slot *sl, struct pending *pend)
             }
             write_done(pend, ST_BAD_CHECK);
         }
-        pend->n = p0;
         return;
     }
     case OP_FLASH_ERASE:
@@ -1379,7 +1532,7 @@ static void answer(struct pending *p)
 {
     if (!p->op)
         return;
-    if (p->op == OP_WRITE_DEFLATE)
+    if (p->op == OP_WRITE_DEFLATE || p->op == OP_WRITE_DEFLATE_DICT)
         p->op = OP_WRITE; /* every write acknowledgement carries 0xB5 */
     if (p->digest) {
         reply_begin(p->op, p->st);

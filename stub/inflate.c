@@ -1,6 +1,8 @@
 /* Raw DEFLATE (RFC 1951) decoder for compressed writes. The host compresses each
- * block of up to 64 KiB independently (zlib, wbits -15), so all back references
- * stay inside the output buffer. Codes of up to FAST_BITS bits (nearly all of them in
+ * block of up to 64 KiB (zlib, wbits -15) on its own or with a preset dictionary (the
+ * tail of the frame before it, see docs/flasher-protocol.md, BC): back references
+ * stay inside the output buffer and the `before` bytes of dictionary right in front
+ * of it. Codes of up to FAST_BITS bits (nearly all of them in
  * practice) are decoded with one table lookup; longer ones bit by bit from the
  * canonical code counts. The receive hook runs every few symbols so the link never
  * overflows.
@@ -129,7 +131,7 @@ static const u16 dist_base[30] = {1,    2,    3,    4,    5,    7,     9,     13
                                   1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
 
 static int inflate_codes(struct bits *b, const struct huff *lit, const struct huff *dist, u8 *out,
-                         u32 *pos, u32 cap)
+                         u32 before, u32 *pos, u32 cap)
 {
     u32 o = *pos, n = 0, polled = o;
     for (;;) {
@@ -159,17 +161,18 @@ static int inflate_codes(struct bits *b, const struct huff *lit, const struct hu
                 return -1;
             u32 extra = d < 4 ? 0 : (u32)(d - 2) >> 1;
             u32 back = dist_base[d] + getbits(b, extra);
-            if (back > o || len > cap - o)
+            if (back > o + before || len > cap - o)
                 return -1;
-            for (u32 i = 0; i < len; i++, o++)
-                out[o] = out[o - back];
+            const u8 *from = out + o - back;
+            for (u32 i = 0; i < len; i++)
+                out[o++] = from[i];
         }
     }
 }
 
 static struct huff lit_tree, dist_tree;
 
-int inflate_raw(const u8 *src, u32 n, u8 *out, u32 cap, u32 *out_len)
+int inflate_raw(const u8 *src, u32 n, u8 *out, u32 before, u32 cap, u32 *out_len)
 {
     static const u8 order[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
     struct bits b = {src, src + n, 0, 0, 0, 0};
@@ -208,7 +211,7 @@ int inflate_raw(const u8 *src, u32 n, u8 *out, u32 cap, u32 *out_len)
                 lens[i] = 5;
             huff_build(&lit_tree, lens, 288);
             huff_build(&dist_tree, lens + 288, 30);
-            if (inflate_codes(&b, &lit_tree, &dist_tree, out, &o, cap))
+            if (inflate_codes(&b, &lit_tree, &dist_tree, out, before, &o, cap))
                 return -1;
         } else if (type == 2) {
             u32 nlit = getbits(&b, 5) + 257, ndist = getbits(&b, 5) + 1, ncode = getbits(&b, 4) + 4;
@@ -249,7 +252,7 @@ int inflate_raw(const u8 *src, u32 n, u8 *out, u32 cap, u32 *out_len)
             if (lens[256] == 0 || huff_build(&lit_tree, lens, nlit) ||
                 huff_build(&dist_tree, lens + nlit, ndist))
                 return -1;
-            if (inflate_codes(&b, &lit_tree, &dist_tree, out, &o, cap))
+            if (inflate_codes(&b, &lit_tree, &dist_tree, out, before, &o, cap))
                 return -1;
         } else {
             return -1;

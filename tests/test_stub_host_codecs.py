@@ -41,7 +41,7 @@ def inflate(lib, stream: bytes, cap: int = CAP) -> bytes | None:
     test if the decoder wrote past ``cap``."""
     out = ctypes.create_string_buffer(b"\xa5" * (cap + GUARD), cap + GUARD)
     n = ctypes.c_uint32(0)
-    rc = lib.inflate_raw(stream, len(stream), out, cap, ctypes.byref(n))
+    rc = lib.inflate_raw(stream, len(stream), out, 0, cap, ctypes.byref(n))
     assert out.raw[cap:] == b"\xa5" * GUARD, "decoder wrote past the output capacity"
     return None if rc else out.raw[: n.value]
 
@@ -162,3 +162,37 @@ def test_sha256_matches_hashlib_for_any_split(lib, data, cuts):
     digest = ctypes.create_string_buffer(32)
     lib.sha256_final(ctypes.byref(s), digest)
     assert digest.raw == hashlib.sha256(data).digest()
+
+
+def inflate_after(lib, zdict: bytes, stream: bytes, cap: int = CAP) -> bytes | None:
+    """Decode with ``zdict`` right in front of the output, as the flasher keeps the
+    tail of the previous frame (docs/flasher-protocol.md, BC); None on an error."""
+    out = ctypes.create_string_buffer(zdict + b"\xa5" * (cap + GUARD), len(zdict) + cap + GUARD)
+    n = ctypes.c_uint32(0)
+    start = ctypes.cast(ctypes.addressof(out) + len(zdict), ctypes.c_char_p)
+    rc = lib.inflate_raw(stream, len(stream), start, len(zdict), cap, ctypes.byref(n))
+    assert out.raw[: len(zdict)] == zdict, "decoder wrote into the dictionary"
+    assert out.raw[len(zdict) + cap :] == b"\xa5" * GUARD, "decoder wrote past the capacity"
+    return None if rc else out.raw[len(zdict) : len(zdict) + n.value]
+
+
+@pytest.mark.parametrize("size", [1, 300, 4096, 32768])
+def test_inflate_with_a_preset_dictionary_matches_zlib(lib, size):
+    """A frame packed against the previous frame's tail decodes with that tail in front
+    of the output: back references reach into it."""
+    prev, data = SAMPLES["mixed"][:40000], SAMPLES["mixed"][40000:] + SAMPLES["text"][:9000]
+    zdict = prev[-size:]
+    c = zlib.compressobj(9, zlib.DEFLATED, -15, zdict=zdict)
+    stream = c.compress(data) + c.flush()
+    assert inflate_after(lib, zdict, stream) == data
+
+
+def test_a_stream_reaching_before_its_dictionary_is_an_error(lib):
+    """Back references reach no further than the dictionary: one that would is an
+    error, not a read of whatever lies in front of it."""
+    zdict = bytes(range(256)) * 4
+    c = zlib.compressobj(9, zlib.DEFLATED, -15, zdict=zdict)
+    stream = c.compress(zdict[:600]) + c.flush()  # all of it refers to the dictionary
+    assert inflate_after(lib, zdict, stream) == zdict[:600]
+    assert inflate_after(lib, zdict[-100:], stream) is None
+    assert inflate(lib, stream) is None

@@ -81,6 +81,7 @@ class KfpyOp(IntEnum):
     SRAM_WRITE = 0xB9
     EXEC = 0xBA
     SET_BAUD = 0xBB
+    WRITE_DEFLATE_DICT = 0xBC
 
 
 SECTOR = k210.FLASH_SECTOR
@@ -94,12 +95,24 @@ MIN_READ_CHUNK = 256
 READ_WINDOW = 8
 #: sectors per hash-list request: a 2 KiB reply; halved after a damaged or lost one
 HASH_PIECE = 64
-#: sectors at the start of a region checked first: where they read erased, the first
-#: frames of the write go out while the board checks the rest (:meth:`hash_list_ahead`)
-HEAD_SECTORS = 4
+#: the frames sent ahead at the start of a region while the board checks the rest
+#: (:meth:`hash_list_ahead`): 48 KiB, about as long on the wire at 3 Mbaud as the blank
+#: check of 1.5 MB takes on the board, so the line does not idle meanwhile; the first is
+#: short, so that programming starts as soon as the check is done
+AHEAD = tuple(k * SECTOR for k in (1, 3, 8))
+#: sectors at the start of a region checked first: where they read erased, the frames
+#: ahead go out
+HEAD_SECTORS = sum(AHEAD) // SECTOR
 RETRIES = 6
 #: a write acknowledgement's status when the pages read back differ (flasher protocol 2)
 WRITE_CHECK_FAILED = 0xE8
+#: a BC frame's dictionary is not what the board holds (flasher protocol 3): sent again
+#: without one
+NO_DICTIONARY = 0xE9
+#: IDENTIFY capability bit of BC frames (flasher protocol 3)
+CAP_BIT_DICTIONARY = 1 << 11
+#: the longest preset dictionary: DEFLATE's window
+DICT = 32768
 FLASH_S_PER_FRAME = TIMEOUTS["flash_per_frame"]
 ACK_TIMEOUT = TIMEOUTS["ack"]  # a late ack only costs a (harmless) resend
 HASH_S_PER_MB = TIMEOUTS["hash_per_mb"]
@@ -175,23 +188,59 @@ class FlasherInfo:
         )
 
 
-class _Frame:
-    """One write frame: raw bytes, the request packet (compressed if smaller), tries."""
+Tail = tuple[int, bytes]  # the flash address a frame's data ended at, and its last bytes
 
-    def __init__(self, at: int, chunk: bytes) -> None:
+
+def _deflate(chunk: bytes, zdict: bytes = b"") -> bytes:
+    c = (
+        zlib.compressobj(9, zlib.DEFLATED, -15, zdict=zdict)
+        if zdict
+        else zlib.compressobj(9, zlib.DEFLATED, -15)
+    )
+    return c.compress(chunk) + c.flush()
+
+
+class _Frame:
+    """One write frame: raw bytes, the request packet (compressed if smaller), tries.
+
+    ``prior``: the tail of the frame sent before it, which the board keeps as a preset
+    dictionary (docs/flasher-protocol.md, BC); the frame goes as BC when that makes it
+    smaller. A frame sent again goes without one (:meth:`alone`): the board may not
+    hold that tail any more."""
+
+    def __init__(self, at: int, chunk: bytes, prior: Tail | None = None) -> None:
         self.at = at
         self.chunk = chunk
         self.tries = 0
         #: what each failed try saw ("no reply", "damaged reply", "request damaged")
         self.failures: list[str] = []
-        c = zlib.compressobj(9, zlib.DEFLATED, -15)
-        packed = c.compress(chunk) + c.flush()
-        if len(packed) + 4 < len(chunk):
-            self.packet = build_request(
-                KfpyOp.WRITE_DEFLATE, at, struct.pack("<I", len(chunk)) + packed
-            )
-        else:
-            self.packet = build_request(KfpyOp.WRITE, at, chunk)
+        self.packet = self._pack(prior)
+
+    def _pack(self, prior: Tail | None) -> bytes:
+        at, chunk, raw = self.at, self.chunk, struct.pack("<I", len(self.chunk))
+        self.dictionary = False
+        best = (len(chunk), KfpyOp.WRITE, chunk)
+        packed = _deflate(chunk)
+        if len(packed) + 4 < best[0]:
+            best = (len(packed) + 4, KfpyOp.WRITE_DEFLATE, raw + packed)
+        if prior is not None:
+            end, tail = prior
+            packed = _deflate(chunk, tail)
+            if len(packed) + 16 < best[0]:
+                head = struct.pack("<III", end, len(tail), crc32(tail))
+                best = (len(packed) + 16, KfpyOp.WRITE_DEFLATE_DICT, raw + head + packed)
+                self.dictionary = True
+        return build_request(best[1], at, best[2])
+
+    def alone(self) -> _Frame:
+        """This frame, sent again: without a dictionary."""
+        if self.dictionary:
+            self.packet = self._pack(None)
+        return self
+
+    def tail(self) -> Tail:
+        """What the board keeps of this frame as the next frame's dictionary."""
+        return self.at + len(self.chunk), self.chunk[-DICT:]
 
 
 def _digest_matches(frame: _Frame, digest: bytes) -> bool:
@@ -279,6 +328,30 @@ def tapered(cuts: list[tuple[int, int]], blank: Pieces) -> list[tuple[int, int]]
 _ERASED_SECTOR = hashlib.sha256(b"\xff" * SECTOR).digest()
 
 
+def _minus(cuts: list[tuple[int, int]], taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``(address, length)`` frames ``cuts`` without the ``[start, end)`` spans
+    ``taken`` (frames already on their way: they end at sectors, as cuts do)."""
+    out = []
+    for at, n in cuts:
+        pieces = [(at, at + n)]
+        for lo, hi in taken:
+            pieces = [
+                (s, e) for a, b in pieces for s, e in ((a, min(b, lo)), (max(a, hi), b)) if s < e
+            ]
+        out += [(s, e - s) for s, e in pieces]
+    return out
+
+
+def _piece(at: int, n: int, sectors: dict[int, bytes]) -> bytes | None:
+    """The digest of ``[at, at + n)``, inside one sector, from the digests of whole
+    ``sectors``: a whole sector is its own digest, a piece of an erased one is erased;
+    None for a piece of a sector that holds data (it has to be asked for)."""
+    whole = sectors[at - at % SECTOR]
+    if n == SECTOR:
+        return whole
+    return hashlib.sha256(b"\xff" * n).digest() if whole == _ERASED_SECTOR else None
+
+
 class _BadReply(Exception):
     """A reply whose CRC does not match: treated like a lost reply."""
 
@@ -360,6 +433,11 @@ class KfpyStage2(Stage2):
         self._frame_limit = FRAME
         #: write frames sent ahead by :meth:`hash_list_ahead`, taken over by :meth:`write`
         self._ahead: list[_Frame] = []
+        #: digests of the pieces past the end of that write's region, up to the end of
+        #: its last erase unit, from the same request: :meth:`hash_list` answers the burn
+        #: pipeline's question about those bytes (kept if not erased) from them instead
+        #: of a request queued behind the frames ahead. Dropped by anything that writes.
+        self._beyond: dict[tuple[int, int], bytes] = {}
         #: how much slower than its wire time the board answered the first flasher upload
         #: frame (1 on a real board; more on a network serial link or an emulated board on
         #: a pty that runs slower than real time): every timeout is stretched by it
@@ -514,6 +592,9 @@ class KfpyStage2(Stage2):
         """
         self._ensure_flasher()
         blocks = sector_blocks(address, size)
+        known = [self._beyond.get((address + off, n)) for off, n in blocks]
+        if all(known):
+            return known  # type: ignore[return-value]
         out: list[bytes] = []
         per = HASH_PIECE
         while len(out) < len(blocks):
@@ -552,23 +633,30 @@ class KfpyStage2(Stage2):
         first burn's blank check then costs no time. :meth:`write` of the same ``data``
         at ``address`` takes them over (they are in ``ledger`` as sent from now on).
         Nothing is sent ahead over data, where those frames could mean extra erases."""
-        self._ahead = []
+        self._ahead, self._beyond = [], {}
         size, head = len(data), HEAD_SECTORS * SECTOR
         if address % FRAME or size < 2 * FRAME or self._frame_limit != FRAME:
             return self.hash_list(address, size)
         first = self.hash_list(address, head)
         if any(d != _ERASED_SECTOR for d in first):
             return first + self.hash_list(address + head, size - head)
-        ramp = tapered([(address, FRAME), (address + FRAME, FRAME)], [(address, 2 * FRAME)])
         ledger = ledger or WriteLedger()
         self.link.keep_ops = frozenset({KfpyOp.WRITE})  # their acknowledgements wait for write()
-        rest, k = size - head, len(sector_blocks(address + head, size - head))
+        # the request runs on to the end of the last erase unit (whole sectors): the
+        # bytes past the region that the write may erase are checked in the same pass
+        end = address + size
+        unit_end = self.erase_units(address, size)[-1][1]
+        if self.info is None or unit_end > self.info.flash_size:
+            unit_end = -(-end // SECTOR) * SECTOR
+        rest, k = unit_end - address - head, (unit_end - address - head) // SECTOR
         self.link.send(KfpyOp.HASH_LIST, address + head, struct.pack("<III", rest, SECTOR, 0))
-        for at, n in ramp:
-            if at + n <= address + head:
-                self._ahead.append(_Frame(at, data[at - address : at - address + n]))
-                ledger.sent(at, n)
-                self.link.send_packet(self._ahead[-1].packet)
+        at, prior = address, None
+        for n in AHEAD:
+            self._ahead.append(_Frame(at, data[at - address : at - address + n], prior))
+            prior = self._ahead[-1].tail() if self._dictionaries() else None
+            ledger.sent(at, n)
+            self.link.send_packet(self._ahead[-1].packet)
+            at += n
         try:
             resp = self.link.recv(
                 KfpyOp.HASH_LIST,
@@ -583,8 +671,18 @@ class KfpyStage2(Stage2):
             # are kept for write()
             self.link.stats.retries += 1
             self._barrier()
-            return first + self.hash_list(address + head, rest)
-        return first + [p[8 + 32 * i : 40 + 32 * i] for i in range(k)]
+            return first + self.hash_list(address + head, size - head)
+        sectors = {address + head + SECTOR * i: p[8 + 32 * i : 40 + 32 * i] for i in range(k)}
+        out = first + [
+            _piece(at, n, sectors) or self.hash_list(at, n)[0]
+            for at, n in ((address + off, n) for off, n in sector_blocks(address, size))
+            if at >= address + head
+        ]
+        for off, n in sector_blocks(end, unit_end - end):
+            d = _piece(end + off, n, sectors)
+            if d is not None:
+                self._beyond[(end + off, n)] = d
+        return out
 
     def sha256(self, address: int, size: int) -> bytes:
         """On-board SHA-256 of a region (a 32-byte reply)."""
@@ -706,6 +804,10 @@ class KfpyStage2(Stage2):
             pos = hi
         return out
 
+    def _dictionaries(self) -> bool:
+        """Does the flasher take BC frames (protocol 3)?"""
+        return self.info is not None and bool(self.info.caps & CAP_BIT_DICTIONARY)
+
     def _failed(self, frame: _Frame, seen: str) -> list[_Frame]:
         """A frame to send again: smaller, on a line that damages big frames."""
         frame.failures.append(seen)
@@ -716,7 +818,7 @@ class KfpyStage2(Stage2):
                     f"write at 0x{frame.at:08X}: not acknowledged after {frame.tries} tries",
                     _seen(frame.failures, self.link.diagnose()),
                 )
-            return [frame]
+            return [frame.alone()]
         self._frame_limit = max(MIN_FRAME, len(frame.chunk) // 2)
         return [
             _Frame(frame.at + off, frame.chunk[off : off + n])
@@ -737,6 +839,7 @@ class KfpyStage2(Stage2):
         hash list showed erased) covers the first or last frame, that frame is sent as
         frames that halve down to one sector (see :func:`tapered`)."""
         self._ensure_flasher()
+        self._beyond = {}
         total = len(data)
         ledger = ledger or WriteLedger()
         report(progress, Progress("write", 0, total))
@@ -765,12 +868,11 @@ class KfpyStage2(Stage2):
             self._barrier()
             self.link.discard_input()
         self._ahead = []
-        sent = {(f.at, len(f.chunk)) for f in inflight}
-        todo = deque(
-            _Frame(at, data[at - address : at - address + n])
-            for at, n in cuts
-            if (at, n) not in sent
-        )
+        todo: deque[_Frame] = deque()
+        prior = inflight[-1].tail() if inflight else None
+        for at, n in _minus(cuts, [(f.at, f.at + len(f.chunk)) for f in inflight]):
+            todo.append(_Frame(at, data[at - address : at - address + n], prior))
+            prior = todo[-1].tail() if self._dictionaries() else None
         baud = self.link.port.baudrate
         streak = 0
         while todo or inflight:
@@ -800,6 +902,16 @@ class KfpyStage2(Stage2):
                 window, streak = 1, 0
                 continue
             at, n = struct.unpack_from("<II", p)
+            lost = 0
+            while inflight and inflight[0].at != at:
+                todo.appendleft(inflight.popleft().alone())  # lost on the way: send again
+                lost += 1
+            if resp.status == NO_DICTIONARY:
+                # the board does not hold the tail this frame was packed against (the
+                # frame before it was lost): again, on its own, after the lost ones
+                if inflight:
+                    todo.insert(lost, inflight.popleft().alone())
+                continue
             if resp.status == WRITE_CHECK_FAILED:
                 raise VerifyError(
                     f"write of {n} B at 0x{at:08X}: the flash read back other bytes than "
@@ -811,8 +923,6 @@ class KfpyStage2(Stage2):
                     f"write of {n} B at 0x{at:08X}: refused ({resp.describe()})",
                     "check the range against the flash size (kflashpy flash-id)",
                 )
-            while inflight and inflight[0].at != at:
-                todo.appendleft(inflight.popleft())  # lost on the way: send again
             if inflight:
                 frame = inflight.popleft()
                 checked = len(p) == 44 and n == len(frame.chunk) and _digest_matches(frame, p[8:40])
@@ -828,6 +938,7 @@ class KfpyStage2(Stage2):
     def erase(self, address: int, size: int, progress: ProgressFn | None = None) -> None:
         check_sector_range(address, size, "erase")
         self._ensure_flasher()
+        self._beyond = {}
         report(progress, Progress("erase", 0, size))
         self._call(
             KfpyOp.ERASE,
@@ -840,6 +951,7 @@ class KfpyStage2(Stage2):
 
     def chip_erase(self, progress: ProgressFn | None = None) -> None:
         self._ensure_flasher()
+        self._beyond = {}
         report(progress, Progress("erase", 0, 1))
         self._call(KfpyOp.CHIP_ERASE, timeout=CHIP_ERASE_TIMEOUT, what="chip erase")
         report(progress, Progress("erase", 1, 1))
