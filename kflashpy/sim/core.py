@@ -35,14 +35,7 @@ from unicorn import (
     UcError,
 )
 from unicorn import riscv_const as rv
-from unicorn.unicorn_py3.unicorn import (
-    HOOK_CODE_CFUNC,
-    HOOK_INTR_CFUNC,
-    HOOK_MEM_ACCESS_CFUNC,
-    MMIO_READ_CFUNC,
-    MMIO_WRITE_CFUNC,
-    uclib,
-)
+from unicorn.unicorn_py3.unicorn import uclib
 
 from ..target import k210
 from .crypto import AesEngine, ShaEngine
@@ -126,6 +119,26 @@ _uc_reg_read = _gil_kept("uc_reg_read", prototype=False)
 _uc_reg_write = _gil_kept("uc_reg_write", prototype=False)
 _uc_reg_read_batch = _gil_kept("uc_reg_read_batch", prototype=False)
 _uc_reg_write_batch = _gil_kept("uc_reg_write_batch", prototype=False)
+
+# Callback prototypes with fewer parameters than unicorn passes. Every hook also gets a
+# trailing ``user_data`` pointer, a code hook the instruction's size, and the core uses
+# neither: ctypes converts each declared parameter into a Python object on every call
+# (the callbacks run a few million times per virtual second). Declaring fewer is safe
+# with the C calling conventions of the platforms unicorn ships for (x86-64 System V and
+# Windows x64, AArch64 AAPCS64): these arguments travel in registers (a seventh would go
+# on the stack, which the caller owns and cleans up), and a callee that does not read
+# one leaves it there. It would not be under a callee-cleans convention (32-bit stdcall),
+# which unicorn's callbacks do not use.
+_ENGINE = ctypes.c_void_p
+_MMIO_READ = ctypes.CFUNCTYPE(ctypes.c_uint64, _ENGINE, ctypes.c_uint64, ctypes.c_uint)
+_MMIO_WRITE = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint64, ctypes.c_uint, ctypes.c_uint64)
+_CODE_AT = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint64)  # (engine, address)
+_CODE = ctypes.CFUNCTYPE(None, _ENGINE)  # a code hook that knows its address
+_INTR = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint32)
+# (engine, access type, address, size, value)
+_STORE = ctypes.CFUNCTYPE(
+    None, _ENGINE, ctypes.c_int, ctypes.c_uint64, ctypes.c_int, ctypes.c_int64
+)
 
 
 def _signed(value: int, bits: int) -> int:
@@ -233,7 +246,7 @@ class Core:
         self._trap_ids, self._trap_vals, self._trap_ptrs = _reg_batch(_TRAP_READ)
         self._tw_ids, self._tw_vals, self._tw_ptrs = _reg_batch(_TRAP_WRITE)
         # the store watcher's callback, made once: hooks come and go many times a second
-        self._store_ptr = HOOK_MEM_ACCESS_CFUNC(self._on_store_raw)
+        self._store_ptr = _STORE(self._store_watcher())
         self._keep.append(self._store_ptr)
         for base in (SRAM_BASE, SRAM_ALIAS):
             uc.mem_map_ptr(base, SRAM_SIZE, UC_PROT_ALL, board.sram.host_address)
@@ -301,7 +314,7 @@ class Core:
         read, write = dev.read, dev.write
         core = self
 
-        def rd(_h: object, offset: int, size: int, _ud: object) -> int:
+        def rd(_h: object, offset: int, size: int) -> int:
             try:
                 core._mmio_count += 1
                 return read(offset, size)  # type: ignore[no-any-return]
@@ -309,14 +322,14 @@ class Core:
                 core._fail(exc)
                 return 0
 
-        def wr(_h: object, offset: int, size: int, value: int, _ud: object) -> None:
+        def wr(_h: object, offset: int, size: int, value: int) -> None:
             try:
                 core._mmio_count += 1
                 write(offset, size, value)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
-        rd_ptr, wr_ptr = MMIO_READ_CFUNC(rd), MMIO_WRITE_CFUNC(wr)
+        rd_ptr, wr_ptr = _MMIO_READ(rd), _MMIO_WRITE(wr)
         self._keep.append((rd_ptr, wr_ptr))
         status = uclib.uc_mmio_map(self.uc._uch, base, dev.size, rd_ptr, None, wr_ptr, None)
         if status:
@@ -347,13 +360,13 @@ class Core:
         errors through ``Uc.emu_start``, which the core does not use."""
         core = self
 
-        def intr(_h: object, intno: int, _ud: object) -> None:
+        def intr(_h: object, intno: int) -> None:
             try:
                 core._on_exception(intno)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
-        ptr = HOOK_INTR_CFUNC(intr)
+        ptr = _INTR(intr)
         self._keep.append(ptr)
         self._add_hook(ptr, 1, 0, UC_HOOK_INTR)  # begin > end: everywhere
 
@@ -370,16 +383,18 @@ class Core:
             return
         words = raw[:-1].astype(np.uint32) | (raw[1:].astype(np.uint32) << 16)
         for idx in np.flatnonzero(words == INSN_MRET):
-            self._hook(lo + 2 * int(idx), self._on_mret, None)
+            self._hook_raw(lo + 2 * int(idx), self._mret_hook(), _CODE)
         for idx in np.flatnonzero((words & CSRR_MIP_MASK) == CSRR_MIP):
-            self._hook(lo + 2 * int(idx), self._on_csrr_mip, int(words[idx]) >> 7 & 0x1F)
+            at = lo + 2 * int(idx)
+            self._hook_raw(at, self._csrr_mip_hook(at, int(words[idx]) >> 7 & 0x1F), _CODE)
         for at, reg, step in counting_loops(words):
             self._hook_counting_loop(lo + 2 * at, reg, step)
 
     def _hook_counting_loop(self, addr: int, reg: int, step: int) -> None:
         if self._count_cell is not None and addr not in self._loops:  # needs the exact count
             self._loops.add(addr)
-            self._hook_raw(addr, self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step))
+            skipper = self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step)
+            self._hook_raw(addr, skipper, _CODE)
 
     def _find_counting_loop(self, pc: int) -> None:
         """A slice ended at ``pc``: if that is inside a counting loop, hook the loop. Code
@@ -401,17 +416,18 @@ class Core:
         list once code runs from the alias)."""
         core = self
 
-        def code(_h: object, address: int, _size: int, _ud: object) -> None:
+        def code(_h: object, address: int) -> None:
             try:
                 callback(address, data)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
-        return self._hook_raw(addr, code)
+        return self._hook_raw(addr, code, _CODE_AT)
 
-    def _hook_raw(self, addr: int, code: Any) -> list[int]:
-        """:meth:`_hook` with a raw ctypes code-hook function (it handles its own errors)."""
-        ptr = HOOK_CODE_CFUNC(code)
+    def _hook_raw(self, addr: int, code: Any, prototype: Any) -> list[int]:
+        """:meth:`_hook` with a raw code-hook function of ``prototype`` (``_CODE_AT`` or
+        ``_CODE``) that handles its own errors."""
+        ptr = prototype(code)
         self._keep.append(ptr)
         handles = [self._add_hook(ptr, addr, addr)]
         alias = addr - SRAM_BASE + SRAM_ALIAS
@@ -451,13 +467,13 @@ class Core:
         ``csrr mip``."""
         core = self
 
-        def first(_h: object, _address: int, _size: int, _ud: object) -> None:
+        def first(_h: object) -> None:
             try:
                 core._unguard_alias()
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
-        ptr = HOOK_CODE_CFUNC(first)
+        ptr = _CODE(first)
         self._keep.append(ptr)
         self._alias_guard = self._add_hook(ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1)
 
@@ -577,24 +593,36 @@ class Core:
             self._halt_reason = f"exception {intno} at 0x{pc:08x}"
             _uc_emu_stop(self._uch)
 
-    def _on_mret(self, _address: int, _data: object) -> None:
-        """Chain the next pending interrupt at ``mret``, or perform the ``mret``."""
-        regs = self._trap_regs()
-        mstatus = regs[0]
-        if not mstatus & MSTATUS_MPIE:
-            self._mret(mstatus, regs[4])
-            return
-        cause = self._pending_cause(regs[1])
-        if cause:
-            # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
-            chained = (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP
-            if chained != mstatus or cause != self._last_cause:
-                self._take(chained, cause, regs[2], None)
-            else:  # the usual case: only the pc changes (CSR writes cost more)
-                self._rw(rv.UC_RISCV_REG_PC, _vector(regs[2], cause))
-                self.traps += 1
-        else:
-            self._mret(mstatus, regs[4])
+    def _mret_hook(self) -> Any:
+        """The code hook of an ``mret``: chain the next pending interrupt, or perform the
+        ``mret`` (:meth:`_mret`). A raw hook with its state bound: it runs once per
+        interrupt, tens of thousands of times per virtual second."""
+        core = self
+        uch, ids, ptrs, regs = self._uch, self._trap_ids, self._trap_ptrs, self._trap_vals
+        val, pval = self._val, self._pval
+        n_regs = len(_TRAP_READ)
+        pending_cause = self._pending_cause
+
+        def on_mret(_h: object) -> None:
+            try:
+                _uc_reg_read_batch(uch, ids, ptrs, n_regs)  # core._trap_regs()
+                mstatus = regs[0]
+                cause = pending_cause(regs[1]) if mstatus & MSTATUS_MPIE else 0
+                if not cause:
+                    core._mret(mstatus, regs[4])
+                    return
+                # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
+                chained = (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP
+                if chained != mstatus or cause != core._last_cause:
+                    core._take(chained, cause, regs[2], None)
+                else:  # the usual case: only the pc changes (CSR writes cost more)
+                    val.value = _vector(regs[2], cause)
+                    _uc_reg_write(uch, rv.UC_RISCV_REG_PC, pval)
+                    core.traps += 1
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        return on_mret
 
     def _mret(self, mstatus: int, mepc: int) -> None:
         """Return from a machine-mode trap to machine mode in place of unicorn's ``mret``,
@@ -609,17 +637,31 @@ class Core:
         self._rw(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | mie | MSTATUS_MPIE)
         self._rw(rv.UC_RISCV_REG_PC, mepc)
 
-    def _on_csrr_mip(self, address: int, rd: int) -> None:
-        value = 0  # unicorn's own MEIP/MTIP/MSIP never rise; the rest stays 0 on one hart
-        if self.plic.best():
-            value |= MIE_MEIE
-        if self.clint.cmp != _NEVER and self._mtime() >= self.clint.cmp:
-            value |= MIE_MTIE
-        if self.clint.msip():
-            value |= MIE_MSIE
-        if rd:
-            self._rw(rv.UC_RISCV_REG_X0 + rd, value)
-        self._rw(rv.UC_RISCV_REG_PC, address + 4)
+    def _csrr_mip_hook(self, address: int, rd: int) -> Any:
+        """The code hook of the ``csrr rd, mip`` at ``address``: ``rd`` gets the virtual
+        MEIP/MTIP/MSIP bits (unicorn's own never rise; the rest stays 0 on one hart) and
+        the instruction is skipped. A raw hook with its state bound (once per interrupt
+        in the kflash stub)."""
+        core, plic, clint = self, self.plic, self.clint
+        uch, val, pval = self._uch, self._val, self._pval
+        reg, after = rv.UC_RISCV_REG_X0 + rd, address + 4
+
+        def on_csrr_mip(_h: object) -> None:
+            try:
+                value = MIE_MEIE if plic.best() else 0
+                if clint.cmp != _NEVER and core._mtime() >= clint.cmp:
+                    value |= MIE_MTIE
+                if clint.msip():
+                    value |= MIE_MSIE
+                if rd:
+                    val.value = value
+                    _uc_reg_write(uch, reg, pval)
+                val.value = after
+                _uc_reg_write(uch, rv.UC_RISCV_REG_PC, pval)
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        return on_csrr_mip
 
     def _counting_loop_skipper(self, reg: int, step: int) -> Any:
         """The code hook for the ``addi`` of a two-instruction counting loop (see
@@ -634,7 +676,7 @@ class Core:
         assert cell is not None
         val, pval, uch = self._val, self._pval, self._uch
 
-        def skip_loop(_h: object, _address: int, _size: int, _ud: object) -> None:
+        def skip_loop(_h: object) -> None:
             try:
                 if not core._in_slice:
                     return  # single-stepping (idle-loop tracing): no budget to fill
@@ -797,23 +839,29 @@ class Core:
             _uc_hook_del(self._uch, self._store_hook)
             self._store_hook = None
 
-    def _on_store_raw(
-        self, _h: object, _access: int, address: int, size: int, value: int, _ud: object
-    ) -> None:
-        """Count stores that change memory. Rewriting the value a cell already holds
-        (a flag cleared again, a small memset) leaves the loop's state as it was. The
-        first changing store answers a wait-loop confirmation: stop watching then (the
-        hook is costly); while learning a loop every store is counted."""
-        try:
-            off = Sram.offset(address, size)
-            new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
-            if off is not None and self.board.sram.data[off : off + size] == new:
-                return
-            self._stores += 1
-            if self._armed:  # confirming a wait loop: one changing store is enough
-                self._watch_stores(False)
-        except BaseException as exc:  # noqa: BLE001 - reported by run()
-            self._fail(exc)
+    def _store_watcher(self) -> Any:
+        """The store watcher's hook function: count stores that change memory. Rewriting
+        the value a cell already holds (a flag cleared again, a small memset) leaves the
+        loop's state as it was. The first changing store answers a wait-loop
+        confirmation: stop watching then (the hook is costly); while learning a loop
+        every store is counted. (State bound: it sees every store of the wait loop's
+        iteration and of any interrupt handler meanwhile.)"""
+        core, cells, offset = self, self.board.sram.data, Sram.offset
+
+        def on_store(_h: object, _access: int, address: int, size: int, value: int) -> None:
+            try:
+                off = offset(address, size)
+                if off is not None:
+                    new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+                    if cells[off : off + size] == new:
+                        return
+                core._stores += 1
+                if core._armed:  # confirming a wait loop: one changing store is enough
+                    core._watch_stores(False)
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        return on_store
 
     def _learn_idle_loop(self) -> bool:
         """After a slice without MMIO or traps: is the hart spinning in a wait loop?

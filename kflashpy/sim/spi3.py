@@ -134,12 +134,15 @@ class Spi3:
         if DR0 <= offset < DR_END:
             self._push(value & 0xFFFF_FFFF)
             return
-        self.regs[offset : offset + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(
-            size, "little"
-        )
+        new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
         if offset in (CTRLR0, BAUDR):
-            self._decode()
-        elif offset == SSIENR:
+            # flashers rewrite the same frame format for every transaction
+            if self.regs[offset : offset + size] != new:
+                self.regs[offset : offset + size] = new
+                self._decode()
+            return
+        self.regs[offset : offset + size] = new
+        if offset == SSIENR:
             if value & 1:
                 self._maybe_select()
             else:

@@ -144,7 +144,9 @@ class DwUart(_Uart):
         return self._clock() / divisor if divisor else 0.0
 
     def irq(self) -> bool:
-        return bool(self.ier & IER_ERBFI and self.rx) or bool(self.ier & IER_ETBEI)
+        # the PLIC asks on every claim, mret and mip read: comparisons, no bool() calls
+        ier = self.ier
+        return ier & IER_ERBFI != 0 and len(self.rx) != 0 or ier & IER_ETBEI != 0
 
     def _iir(self) -> int:
         fifo = 0xC0 if self.fcr & 1 else 0
