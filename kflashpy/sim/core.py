@@ -31,6 +31,7 @@ from unicorn import (
     UC_HOOK_MEM_WRITE,
     UC_MODE_RISCV64,
     UC_PROT_ALL,
+    UC_TLB_VIRTUAL,
     Uc,
     UcError,
 )
@@ -237,6 +238,7 @@ class Core:
         self._loop_probes: set[int] = set()  # slice-end PCs already looked at
         self._interrupted = False  # Ctrl-C arrived while the engine ran (see run)
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
+        uc.ctl_set_tlb_mode(UC_TLB_VIRTUAL)
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
         self._pval = ctypes.byref(self._val)
