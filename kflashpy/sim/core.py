@@ -31,6 +31,7 @@ from unicorn import (
     UC_HOOK_MEM_WRITE,
     UC_MODE_RISCV64,
     UC_PROT_ALL,
+    UC_TLB_CPU,
     UC_TLB_VIRTUAL,
     Uc,
     UcError,
@@ -72,6 +73,7 @@ MIN_SLICE = 200
 MAX_SLICE_S = 20e-6
 IDLE_TRACE = 64  # longest wait loop (instructions) the idle detector recognises
 MAX_IDLE_HEADS = 16
+TLB_PICK_SLICES = 1024  # slices after which a program without interrupts gets the CPU TLB
 MAX_LOOP_PROBES = 4096  # slice-end PCs looked at for counting loops (then no more)
 LEARN_BACKOFF = 2e-3  # virtual seconds between two loop tracings that found no idle loop
 HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
@@ -238,7 +240,8 @@ class Core:
         self._loop_probes: set[int] = set()  # slice-end PCs already looked at
         self._interrupted = False  # Ctrl-C arrived while the engine ran (see run)
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
-        uc.ctl_set_tlb_mode(UC_TLB_VIRTUAL)
+        uc.ctl_set_tlb_mode(UC_TLB_VIRTUAL)  # see _pick_tlb
+        self._tlb_picked = False
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
         self._pval = ctypes.byref(self._val)
@@ -808,6 +811,8 @@ class Core:
                 self._find_counting_loop(pc)
             if self._suspended:
                 self._resume_heads()
+            if not self._tlb_picked and self.slices >= TLB_PICK_SLICES:
+                self._pick_tlb()
             if self._error is not None:
                 raise self._error
             if self._interrupted:
@@ -831,6 +836,21 @@ class Core:
                 continue
             mie = self._rr(rv.UC_RISCV_REG_MIE)
             board.now = max(board.now, min(target, self._next_event(t_end, mie)))
+
+    def _pick_tlb(self) -> None:
+        """Keep unicorn's virtual TLB for a program that takes interrupts, go back to the
+        CPU TLB for one that has not taken any after its first slices. Under the CPU TLB
+        every guest store takes unicorn's slow path (about 35 ns against a few), and an
+        interrupt handler stores all its registers on every entry (some 100 stores per
+        byte the kflash stub receives); the virtual TLB only helps when set before the
+        engine first runs. Under it a TLB refill costs more instead, which a polled
+        program doing little but MMIO (kflashpy's flasher) pays more often than it gains
+        on its few stores. The hart runs in M mode without translation or PMP, so both
+        map addresses one to one: the choice changes host time only, never what the
+        guest sees."""
+        self._tlb_picked = True
+        if not self.traps:
+            self.uc.ctl_set_tlb_mode(UC_TLB_CPU)
 
     def _watch_stores(self, on: bool) -> None:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so
