@@ -390,8 +390,8 @@ class Core:
         for idx in np.flatnonzero(words == INSN_MRET):
             self._hook_raw(lo + 2 * int(idx), self._mret_hook(), _CODE)
         for idx in np.flatnonzero((words & CSRR_MIP_MASK) == CSRR_MIP):
-            at = lo + 2 * int(idx)
-            self._hook_raw(at, self._csrr_mip_hook(at, int(words[idx]) >> 7 & 0x1F), _CODE)
+            rd = int(words[idx]) >> 7 & 0x1F
+            self._hook_raw(lo + 2 * int(idx), self._csrr_mip_hook(rd), _CODE_AT)
         for at, reg, step in counting_loops(words):
             self._hook_counting_loop(lo + 2 * at, reg, step)
 
@@ -642,16 +642,16 @@ class Core:
         self._rw(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | mie | MSTATUS_MPIE)
         self._rw(rv.UC_RISCV_REG_PC, mepc)
 
-    def _csrr_mip_hook(self, address: int, rd: int) -> Any:
-        """The code hook of the ``csrr rd, mip`` at ``address``: ``rd`` gets the virtual
-        MEIP/MTIP/MSIP bits (unicorn's own never rise; the rest stays 0 on one hart) and
-        the instruction is skipped. A raw hook with its state bound (once per interrupt
-        in the kflash stub)."""
+    def _csrr_mip_hook(self, rd: int) -> Any:
+        """The code hook of a ``csrr rd, mip``: ``rd`` gets the virtual MEIP/MTIP/MSIP
+        bits (unicorn's own never rise; the rest stays 0 on one hart) and the instruction
+        is skipped (in the SRAM view it ran from). A raw hook with its state bound (once
+        per interrupt in the kflash stub)."""
         core, plic, clint = self, self.plic, self.clint
         uch, val, pval = self._uch, self._val, self._pval
-        reg, after = rv.UC_RISCV_REG_X0 + rd, address + 4
+        reg = rv.UC_RISCV_REG_X0 + rd
 
-        def on_csrr_mip(_h: object) -> None:
+        def on_csrr_mip(_h: object, address: int) -> None:
             try:
                 value = MIE_MEIE if plic.best() else 0
                 if clint.cmp != _NEVER and core._mtime() >= clint.cmp:
@@ -661,7 +661,7 @@ class Core:
                 if rd:
                     val.value = value
                     _uc_reg_write(uch, reg, pval)
-                val.value = after
+                val.value = address + 4
                 _uc_reg_write(uch, rv.UC_RISCV_REG_PC, pval)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
