@@ -240,7 +240,8 @@ class Core:
         self._loop_probes: set[int] = set()  # slice-end PCs already looked at
         self._interrupted = False  # Ctrl-C arrived while the engine ran (see run)
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
-        uc.ctl_set_tlb_mode(UC_TLB_VIRTUAL)  # see _pick_tlb
+        # see _pick_tlb (mypy reads unicorn's Python 2 module, which lacks the method)
+        uc.ctl_set_tlb_mode(UC_TLB_VIRTUAL)  # type: ignore[attr-defined]
         self._tlb_picked = False
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
@@ -850,7 +851,7 @@ class Core:
         guest sees."""
         self._tlb_picked = True
         if not self.traps:
-            self.uc.ctl_set_tlb_mode(UC_TLB_CPU)
+            self.uc.ctl_set_tlb_mode(UC_TLB_CPU)  # type: ignore[attr-defined]
 
     def _watch_stores(self, on: bool) -> None:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so
