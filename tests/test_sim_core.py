@@ -192,6 +192,74 @@ def test_interrupt_driven_echo_through_plic() -> None:
     assert core.plic.claims == 11 and core.traps == 11
 
 
+def test_csrr_mip_in_the_alias_view_stays_there() -> None:
+    """The ``csrr rd, mip`` hook skips the instruction in the view it ran from: code that
+    jumped to the uncached alias (0x4000_0000) goes on there."""
+    port = open_isp()
+    sub = 0x20 << 25 | T2 << 20 | T1 << 15 | T1 << 7 | 0x33  # sub t1, t1, t2
+    code = program(
+        lui(T0, 0x38000),  # 0x00: UARTHS
+        auipc(T1),  # 0x04: t1 = 0x8000_0004
+        lui(T2, 0x40000),
+        sub,  # t1 = 0x4000_0004
+        addi(T1, T1, 0x14),  # t1 = 0x4000_0018: the csrr below, in the alias
+        i_type(0x67, 0, 0, T1, 0),  # 0x14: jalr t1
+        csrrs(T3, 0x344, 0),  # 0x18: csrr t3, mip
+        auipc(T4),  # 0x1C: t4 = 0x4000_001C in the alias, 0x8000_001C in the cached view
+        i_type(0x13, T4, 5, T4, 28),  # srli t4, t4, 28
+        addi(T4, T4, ord("0")),
+        sw(T4, T0, 0),
+        jal(0, 0),
+    )
+    upload_and_boot(port, code)
+    assert read_for(port, 0.01) == b"4"
+
+
+def test_tlb_kept_for_trapping_programs_and_given_back_for_polled_ones(monkeypatch) -> None:
+    """Host speed only (Core._pick_tlb): a program that traps keeps unicorn's virtual TLB
+    (its handler's stores are cheap there); one that has taken no trap after its first
+    slices gets the CPU TLB back (its MMIO-heavy polling is cheaper there)."""
+    from unicorn import UC_TLB_CPU, UC_TLB_VIRTUAL, Uc
+
+    modes: list[int] = []
+    original = Uc.ctl_set_tlb_mode
+
+    def record(self: Uc, mode: int) -> None:
+        modes.append(mode)
+        original(self, mode)
+
+    monkeypatch.setattr(Uc, "ctl_set_tlb_mode", record)
+    nop = addi(0, 0, 0)
+    busy = program(
+        auipc(T0),
+        addi(T0, T0, 0x100),
+        lw(T1, T0, 0),  # 0x08: count in memory for ever (never idle)
+        addi(T1, T1, 1),
+        sw(T1, T0, 0),
+        jal(0, -12),
+    )
+    trapping = program(
+        auipc(T0),
+        addi(T0, T0, 0x40),
+        csrrw(0, MTVEC, T0),
+        ECALL,  # 0x0C: trap for ever
+        jal(0, -4),
+        *[nop] * 11,
+        csrrs(T2, MEPC, 0),  # 0x40: step over the ecall
+        addi(T2, T2, 4),
+        csrrw(0, MEPC, T2),
+        MRET,
+    )
+    for code, expected in ((busy, [UC_TLB_VIRTUAL, UC_TLB_CPU]), (trapping, [UC_TLB_VIRTUAL])):
+        modes.clear()
+        port = open_isp()
+        upload_and_boot(port, code)
+        read_for(port, 0.03)  # 1500 slices of 20 µs
+        core = port.sim_board.core
+        assert core.slices > 1024 and bool(core.traps) == (code is trapping)
+        assert modes == expected
+
+
 # --------------------------------------------------------------------------- the PyPI kflash stub
 def frame(op: int, address: int = 0, data: bytes = b"", data_len: int | None = None) -> bytes:
     return encode(build_request(op, address, data, data_len))

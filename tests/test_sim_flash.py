@@ -70,6 +70,36 @@ def test_read_wraps_and_splits_anywhere(flash: NorFlash) -> None:
     assert flash.stats.reads == 2 and flash.stats.bytes_read == 11
 
 
+def test_transactions_split_anywhere_do_the_same() -> None:
+    """A master that sends a transaction one byte per ``exchange`` (as SPI3 does for the
+    kflash stub, whose data bytes take the data-phase shortcut) gets the same answers
+    and leaves the chip in the same state as one that sends it in one piece."""
+    data = bytes((i * 37 + 5) & 0xFF for i in range(300))
+    script = [
+        (b"\x9f\0\0\0", 0.0),
+        (b"\x06", 0.0),
+        (b"\x02" + a24(0x1F0) + data, 0.0),  # wraps in its page, keeps the last 256
+        (b"\x05\0\0", 1e-4),  # busy
+        (b"\x06", 2e-4),  # ignored while busy
+        (b"\x03" + a24(0x1F0) + b"\0" * 40, 2e-4),  # refused while busy
+        (b"\x05\0", 1.0),
+        (b"\x0b" + a24(0x100) + b"\0" * 300, 1.0),
+        (b"\x4b" + b"\0" * 12, 1.0),
+        (b"\x77\1\2", 1.0),  # unknown
+    ]
+    whole, split = NorFlash(size=1 << 20), NorFlash(size=1 << 20)
+    for out, now in script:
+        for chip in (whole, split):
+            chip.select(now)
+        got_whole = whole.exchange(out, now)
+        got_split = b"".join(split.exchange(out[i : i + 1], now) for i in range(len(out)))
+        for chip in (whole, split):
+            chip.deselect(now)
+        assert got_split == got_whole, out[:1].hex()
+    assert whole.read(0, 0x400) == split.read(0, 0x400) != b"\xff" * 0x400
+    assert whole.stats == split.stats and whole.busy_until == split.busy_until
+
+
 def test_program_needs_wel_and_only_clears_bits(flash: NorFlash) -> None:
     cmd(flash, b"\x02" + a24(0x100) + b"\x00")  # no WREN: ignored
     assert flash.read(0x100, 1) == b"\xff" and flash.stats.ignored == 1

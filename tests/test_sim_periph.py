@@ -10,7 +10,7 @@ import pytest
 from kflashpy.sim.crypto import ShaEngine
 from kflashpy.sim.flash import NorFlash
 from kflashpy.sim.periph import CLK_SEL0, PLL0, PLL_LOCK, Plic, Sysctl
-from kflashpy.sim.spi3 import Spi3
+from kflashpy.sim.spi3 import NoDevice, Spi3
 from kflashpy.sim.uarts import DwUart, Uarths
 from kflashpy.sim.wire import Wire, baud_mismatch
 
@@ -158,6 +158,43 @@ def test_spi3_eeprom_read_and_tx_program() -> None:
         bus.write(0x10, 4, 0)
         bus.write(0x08, 4, 0)
     assert flash.read(0x1000, 32) == bytes(range(32))
+
+
+def test_spi3_frames_go_out_at_their_own_time_queued_or_not() -> None:
+    """Frames queued before the slave is selected go out one after the other, each
+    exchanged at the time its own transfer ends, exactly like frames written while
+    selected (the queued ones take the batched path)."""
+
+    class Recorder(NoDevice):
+        def __init__(self) -> None:
+            self.seen: list[tuple[bytes, float]] = []
+
+        def exchange(self, tx: bytes, now: float) -> bytes:
+            self.seen.append((tx, now))
+            return bytes(b ^ 0xFF for b in tx)
+
+    def run(queued: int) -> tuple[list[tuple[bytes, float]], list[int]]:
+        device, stalls = Recorder(), []
+        bus = Spi3(device, lambda: sum(stalls), lambda: 26e6, stalls.append, lambda t: None)
+        bus.write(0x14, 4, 6)  # BAUDR
+        bus.write(0x00, 4, 7)  # 8-bit frames, TX and RX
+        bus.write(0x08, 4, 1)
+        frames = [0x9F, 0x12, 0x34, 0x56, 0x78, 0x9A]
+        for f in frames[:queued]:
+            bus.write(0x60, 4, f)
+        bus.write(0x10, 4, 1)
+        for f in frames[queued:]:
+            bus.write(0x60, 4, f)
+        return device.seen, [bus.read(0x60, 4) for _ in frames]
+
+    expected, t = [], 0.0
+    for f in (0x9F, 0x12, 0x34, 0x56, 0x78, 0x9A):
+        t += 8 * 6 / 26e6
+        expected.append((bytes((f,)), t))
+    for queued in (0, 3, 6):
+        seen, rx = run(queued)
+        assert seen == expected  # exact times: the same float sums either way
+        assert rx == [0x60, 0xED, 0xCB, 0xA9, 0x87, 0x65]
 
 
 def test_spi3_quad_read_costs_its_sclk_cycles() -> None:

@@ -32,18 +32,13 @@ from unicorn import (
     UC_HOOK_MEM_WRITE,
     UC_MODE_RISCV64,
     UC_PROT_ALL,
+    UC_TLB_CPU,
+    UC_TLB_VIRTUAL,
     Uc,
     UcError,
 )
 from unicorn import riscv_const as rv
-from unicorn.unicorn_py3.unicorn import (
-    HOOK_CODE_CFUNC,
-    HOOK_INTR_CFUNC,
-    HOOK_MEM_ACCESS_CFUNC,
-    MMIO_READ_CFUNC,
-    MMIO_WRITE_CFUNC,
-    uclib,
-)
+from unicorn.unicorn_py3.unicorn import uclib
 
 from ..target import k210
 from .crypto import AesEngine, ShaEngine
@@ -79,6 +74,7 @@ MIN_SLICE = 200
 MAX_SLICE_S = 20e-6
 IDLE_TRACE = 64  # longest wait loop (instructions) the idle detector recognises
 MAX_IDLE_HEADS = 16
+TLB_PICK_SLICES = 1024  # slices after which a program without interrupts gets the CPU TLB
 MAX_LOOP_PROBES = 4096  # slice-end PCs looked at for counting loops (then no more)
 LEARN_BACKOFF = 2e-3  # virtual seconds between two loop tracings that found no idle loop
 HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
@@ -127,6 +123,26 @@ _uc_reg_read = _gil_kept("uc_reg_read", prototype=False)
 _uc_reg_write = _gil_kept("uc_reg_write", prototype=False)
 _uc_reg_read_batch = _gil_kept("uc_reg_read_batch", prototype=False)
 _uc_reg_write_batch = _gil_kept("uc_reg_write_batch", prototype=False)
+
+# Callback prototypes with fewer parameters than unicorn passes. Every hook also gets a
+# trailing ``user_data`` pointer, a code hook the instruction's size, and the core uses
+# neither: ctypes converts each declared parameter into a Python object on every call
+# (the callbacks run a few million times per virtual second). Declaring fewer is safe
+# with the C calling conventions of the platforms unicorn ships for (x86-64 System V and
+# Windows x64, AArch64 AAPCS64): these arguments travel in registers (a seventh would go
+# on the stack, which the caller owns and cleans up), and a callee that does not read
+# one leaves it there. It would not be under a callee-cleans convention (32-bit stdcall),
+# which unicorn's callbacks do not use.
+_ENGINE = ctypes.c_void_p
+_MMIO_READ = ctypes.CFUNCTYPE(ctypes.c_uint64, _ENGINE, ctypes.c_uint64, ctypes.c_uint)
+_MMIO_WRITE = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint64, ctypes.c_uint, ctypes.c_uint64)
+_CODE_AT = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint64)  # (engine, address)
+_CODE = ctypes.CFUNCTYPE(None, _ENGINE)  # a code hook that knows its address
+_INTR = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint32)
+# (engine, access type, address, size, value)
+_STORE = ctypes.CFUNCTYPE(
+    None, _ENGINE, ctypes.c_int, ctypes.c_uint64, ctypes.c_int, ctypes.c_int64
+)
 
 
 def _signed(value: int, bits: int) -> int:
@@ -226,6 +242,9 @@ class Core:
         self._interrupted = False  # Ctrl-C arrived while the engine ran (see run)
         self._asleep = False  # stopped in wfi, waiting for an interrupt (see _wfi_wake)
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
+        # see _pick_tlb (mypy reads unicorn's Python 2 module, which lacks the method)
+        uc.ctl_set_tlb_mode(UC_TLB_VIRTUAL)  # type: ignore[attr-defined]
+        self._tlb_picked = False
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
         self._pval = ctypes.byref(self._val)
@@ -235,7 +254,7 @@ class Core:
         self._trap_ids, self._trap_vals, self._trap_ptrs = _reg_batch(_TRAP_READ)
         self._tw_ids, self._tw_vals, self._tw_ptrs = _reg_batch(_TRAP_WRITE)
         # the store watcher's callback, made once: hooks come and go many times a second
-        self._store_ptr = HOOK_MEM_ACCESS_CFUNC(self._on_store_raw)
+        self._store_ptr = _STORE(self._store_watcher())
         self._keep.append(self._store_ptr)
         for base in (SRAM_BASE, SRAM_ALIAS):
             uc.mem_map_ptr(base, SRAM_SIZE, UC_PROT_ALL, board.sram.host_address)
@@ -305,7 +324,7 @@ class Core:
         read, write = dev.read, dev.write
         core = self
 
-        def rd(_h: object, offset: int, size: int, _ud: object) -> int:
+        def rd(_h: object, offset: int, size: int) -> int:
             try:
                 core._mmio_count += 1
                 return read(offset, size)  # type: ignore[no-any-return]
@@ -313,14 +332,14 @@ class Core:
                 core._fail(exc)
                 return 0
 
-        def wr(_h: object, offset: int, size: int, value: int, _ud: object) -> None:
+        def wr(_h: object, offset: int, size: int, value: int) -> None:
             try:
                 core._mmio_count += 1
                 write(offset, size, value)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
-        rd_ptr, wr_ptr = MMIO_READ_CFUNC(rd), MMIO_WRITE_CFUNC(wr)
+        rd_ptr, wr_ptr = _MMIO_READ(rd), _MMIO_WRITE(wr)
         self._keep.append((rd_ptr, wr_ptr))
         status = uclib.uc_mmio_map(self.uc._uch, base, dev.size, rd_ptr, None, wr_ptr, None)
         if status:
@@ -351,13 +370,13 @@ class Core:
         errors through ``Uc.emu_start``, which the core does not use."""
         core = self
 
-        def intr(_h: object, intno: int, _ud: object) -> None:
+        def intr(_h: object, intno: int) -> None:
             try:
                 core._on_exception(intno)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
-        ptr = HOOK_INTR_CFUNC(intr)
+        ptr = _INTR(intr)
         self._keep.append(ptr)
         self._add_hook(ptr, 1, 0, UC_HOOK_INTR)  # begin > end: everywhere
 
@@ -374,16 +393,18 @@ class Core:
             return
         words = raw[:-1].astype(np.uint32) | (raw[1:].astype(np.uint32) << 16)
         for idx in np.flatnonzero(words == INSN_MRET):
-            self._hook(lo + 2 * int(idx), self._on_mret, None)
+            self._hook_raw(lo + 2 * int(idx), self._mret_hook(), _CODE)
         for idx in np.flatnonzero((words & CSRR_MIP_MASK) == CSRR_MIP):
-            self._hook(lo + 2 * int(idx), self._on_csrr_mip, int(words[idx]) >> 7 & 0x1F)
+            rd = int(words[idx]) >> 7 & 0x1F
+            self._hook_raw(lo + 2 * int(idx), self._csrr_mip_hook(rd), _CODE_AT)
         for at, reg, step in counting_loops(words):
             self._hook_counting_loop(lo + 2 * at, reg, step)
 
     def _hook_counting_loop(self, addr: int, reg: int, step: int) -> None:
         if self._count_cell is not None and addr not in self._loops:  # needs the exact count
             self._loops.add(addr)
-            self._hook_raw(addr, self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step))
+            skipper = self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step)
+            self._hook_raw(addr, skipper, _CODE)
 
     def _find_counting_loop(self, pc: int) -> None:
         """A slice ended at ``pc``: if that is inside a counting loop, hook the loop. Code
@@ -405,17 +426,18 @@ class Core:
         list once code runs from the alias)."""
         core = self
 
-        def code(_h: object, address: int, _size: int, _ud: object) -> None:
+        def code(_h: object, address: int) -> None:
             try:
                 callback(address, data)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
-        return self._hook_raw(addr, code)
+        return self._hook_raw(addr, code, _CODE_AT)
 
-    def _hook_raw(self, addr: int, code: Any) -> list[int]:
-        """:meth:`_hook` with a raw ctypes code-hook function (it handles its own errors)."""
-        ptr = HOOK_CODE_CFUNC(code)
+    def _hook_raw(self, addr: int, code: Any, prototype: Any) -> list[int]:
+        """:meth:`_hook` with a raw code-hook function of ``prototype`` (``_CODE_AT`` or
+        ``_CODE``) that handles its own errors."""
+        ptr = prototype(code)
         self._keep.append(ptr)
         handles = [self._add_hook(ptr, addr, addr)]
         alias = addr - SRAM_BASE + SRAM_ALIAS
@@ -455,13 +477,13 @@ class Core:
         ``csrr mip``."""
         core = self
 
-        def first(_h: object, _address: int, _size: int, _ud: object) -> None:
+        def first(_h: object) -> None:
             try:
                 core._unguard_alias()
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
-        ptr = HOOK_CODE_CFUNC(first)
+        ptr = _CODE(first)
         self._keep.append(ptr)
         self._alias_guard = self._add_hook(ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1)
 
@@ -581,24 +603,36 @@ class Core:
             self._halt_reason = f"exception {intno} at 0x{pc:08x}"
             _uc_emu_stop(self._uch)
 
-    def _on_mret(self, _address: int, _data: object) -> None:
-        """Chain the next pending interrupt at ``mret``, or perform the ``mret``."""
-        regs = self._trap_regs()
-        mstatus = regs[0]
-        if not mstatus & MSTATUS_MPIE:
-            self._mret(mstatus, regs[4])
-            return
-        cause = self._pending_cause(regs[1])
-        if cause:
-            # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
-            chained = (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP
-            if chained != mstatus or cause != self._last_cause:
-                self._take(chained, cause, regs[2], None)
-            else:  # the usual case: only the pc changes (CSR writes cost more)
-                self._rw(rv.UC_RISCV_REG_PC, _vector(regs[2], cause))
-                self.traps += 1
-        else:
-            self._mret(mstatus, regs[4])
+    def _mret_hook(self) -> Any:
+        """The code hook of an ``mret``: chain the next pending interrupt, or perform the
+        ``mret`` (:meth:`_mret`). A raw hook with its state bound: it runs once per
+        interrupt, tens of thousands of times per virtual second."""
+        core = self
+        uch, ids, ptrs, regs = self._uch, self._trap_ids, self._trap_ptrs, self._trap_vals
+        val, pval = self._val, self._pval
+        n_regs = len(_TRAP_READ)
+        pending_cause = self._pending_cause
+
+        def on_mret(_h: object) -> None:
+            try:
+                _uc_reg_read_batch(uch, ids, ptrs, n_regs)  # core._trap_regs()
+                mstatus = regs[0]
+                cause = pending_cause(regs[1]) if mstatus & MSTATUS_MPIE else 0
+                if not cause:
+                    core._mret(mstatus, regs[4])
+                    return
+                # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
+                chained = (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP
+                if chained != mstatus or cause != core._last_cause:
+                    core._take(chained, cause, regs[2], None)
+                else:  # the usual case: only the pc changes (CSR writes cost more)
+                    val.value = _vector(regs[2], cause)
+                    _uc_reg_write(uch, rv.UC_RISCV_REG_PC, pval)
+                    core.traps += 1
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        return on_mret
 
     def _mret(self, mstatus: int, mepc: int) -> None:
         """Return from a machine-mode trap to machine mode in place of unicorn's ``mret``,
@@ -613,17 +647,31 @@ class Core:
         self._rw(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | mie | MSTATUS_MPIE)
         self._rw(rv.UC_RISCV_REG_PC, mepc)
 
-    def _on_csrr_mip(self, address: int, rd: int) -> None:
-        value = 0  # unicorn's own MEIP/MTIP/MSIP never rise; the rest stays 0 on one hart
-        if self.plic.best():
-            value |= MIE_MEIE
-        if self.clint.cmp != _NEVER and self._mtime() >= self.clint.cmp:
-            value |= MIE_MTIE
-        if self.clint.msip():
-            value |= MIE_MSIE
-        if rd:
-            self._rw(rv.UC_RISCV_REG_X0 + rd, value)
-        self._rw(rv.UC_RISCV_REG_PC, address + 4)
+    def _csrr_mip_hook(self, rd: int) -> Any:
+        """The code hook of a ``csrr rd, mip``: ``rd`` gets the virtual MEIP/MTIP/MSIP
+        bits (unicorn's own never rise; the rest stays 0 on one hart) and the instruction
+        is skipped (in the SRAM view it ran from). A raw hook with its state bound (once
+        per interrupt in the kflash stub)."""
+        core, plic, clint = self, self.plic, self.clint
+        uch, val, pval = self._uch, self._val, self._pval
+        reg = rv.UC_RISCV_REG_X0 + rd
+
+        def on_csrr_mip(_h: object, address: int) -> None:
+            try:
+                value = MIE_MEIE if plic.best() else 0
+                if clint.cmp != _NEVER and core._mtime() >= clint.cmp:
+                    value |= MIE_MTIE
+                if clint.msip():
+                    value |= MIE_MSIE
+                if rd:
+                    val.value = value
+                    _uc_reg_write(uch, reg, pval)
+                val.value = address + 4
+                _uc_reg_write(uch, rv.UC_RISCV_REG_PC, pval)
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        return on_csrr_mip
 
     def _counting_loop_skipper(self, reg: int, step: int) -> Any:
         """The code hook for the ``addi`` of a two-instruction counting loop (see
@@ -638,7 +686,7 @@ class Core:
         assert cell is not None
         val, pval, uch = self._val, self._pval, self._uch
 
-        def skip_loop(_h: object, _address: int, _size: int, _ud: object) -> None:
+        def skip_loop(_h: object) -> None:
             try:
                 if not core._in_slice:
                     return  # single-stepping (idle-loop tracing): no budget to fill
@@ -774,6 +822,8 @@ class Core:
                 self._find_counting_loop(pc)
             if self._suspended:
                 self._resume_heads()
+            if not self._tlb_picked and self.slices >= TLB_PICK_SLICES:
+                self._pick_tlb()
             if self._error is not None:
                 raise self._error
             if self._interrupted:
@@ -832,6 +882,21 @@ class Core:
             due = math.nextafter(due, math.inf)
         return due
 
+    def _pick_tlb(self) -> None:
+        """Keep unicorn's virtual TLB for a program that takes interrupts, go back to the
+        CPU TLB for one that has not taken any after its first slices. Under the CPU TLB
+        every guest store takes unicorn's slow path (about 35 ns against a few), and an
+        interrupt handler stores all its registers on every entry (some 100 stores per
+        byte the kflash stub receives); the virtual TLB only helps when set before the
+        engine first runs. Under it a TLB refill costs more instead, which a polled
+        program doing little but MMIO (kflashpy's flasher) pays more often than it gains
+        on its few stores. The hart runs in M mode without translation or PMP, so both
+        map addresses one to one: the choice changes host time only, never what the
+        guest sees."""
+        self._tlb_picked = True
+        if not self.traps:
+            self.uc.ctl_set_tlb_mode(UC_TLB_CPU)  # type: ignore[attr-defined]
+
     def _watch_stores(self, on: bool) -> None:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so
         it is only installed while a wait loop is being confirmed)."""
@@ -841,23 +906,29 @@ class Core:
             _uc_hook_del(self._uch, self._store_hook)
             self._store_hook = None
 
-    def _on_store_raw(
-        self, _h: object, _access: int, address: int, size: int, value: int, _ud: object
-    ) -> None:
-        """Count stores that change memory. Rewriting the value a cell already holds
-        (a flag cleared again, a small memset) leaves the loop's state as it was. The
-        first changing store answers a wait-loop confirmation: stop watching then (the
-        hook is costly); while learning a loop every store is counted."""
-        try:
-            off = Sram.offset(address, size)
-            new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
-            if off is not None and self.board.sram.data[off : off + size] == new:
-                return
-            self._stores += 1
-            if self._armed:  # confirming a wait loop: one changing store is enough
-                self._watch_stores(False)
-        except BaseException as exc:  # noqa: BLE001 - reported by run()
-            self._fail(exc)
+    def _store_watcher(self) -> Any:
+        """The store watcher's hook function: count stores that change memory. Rewriting
+        the value a cell already holds (a flag cleared again, a small memset) leaves the
+        loop's state as it was. The first changing store answers a wait-loop
+        confirmation: stop watching then (the hook is costly); while learning a loop
+        every store is counted. (State bound: it sees every store of the wait loop's
+        iteration and of any interrupt handler meanwhile.)"""
+        core, cells, offset = self, self.board.sram.data, Sram.offset
+
+        def on_store(_h: object, _access: int, address: int, size: int, value: int) -> None:
+            try:
+                off = offset(address, size)
+                if off is not None:
+                    new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+                    if cells[off : off + size] == new:
+                        return
+                core._stores += 1
+                if core._armed:  # confirming a wait loop: one changing store is enough
+                    core._watch_stores(False)
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        return on_store
 
     def _learn_idle_loop(self) -> bool:
         """After a slice without MMIO or traps: is the hart spinning in a wait loop?

@@ -414,6 +414,10 @@ class NorFlash:
         n = len(tx)
         if not self._selected:
             return b"\xff" * n
+        if self._op is not None and len(self._hdr) >= self._hdr_need:
+            # command and address already in: the data phase only (one call per data
+            # byte of a page program or a read when the master sends byte by byte)
+            return self._data_phase(tx, now)
         out = bytearray()
         i = 0
         while i < n:

@@ -21,7 +21,7 @@ skip would drop that work and leave the UART's FIFO full.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 CTRLR0, CTRLR1, SSIENR, SER, BAUDR = 0x00, 0x04, 0x08, 0x10, 0x14
@@ -140,14 +140,20 @@ class Spi3:
 
     def write(self, offset: int, size: int, value: int) -> None:
         if DR0 <= offset < DR_END:
-            self._push(value & 0xFFFF_FFFF)
+            if self.selected and not self.enh:
+                self._send((value & 0xFFFF_FFFF,))
+            else:
+                self.txq.append(value & 0xFFFF_FFFF)
             return
-        self.regs[offset : offset + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(
-            size, "little"
-        )
+        new = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
         if offset in (CTRLR0, BAUDR):
-            self._decode()
-        elif offset == SSIENR:
+            # flashers rewrite the same frame format for every transaction
+            if self.regs[offset : offset + size] != new:
+                self.regs[offset : offset + size] = new
+                self._decode()
+            return
+        self.regs[offset : offset + size] = new
+        if offset == SSIENR:
             if value & 1:
                 self._maybe_select()
             else:
@@ -175,27 +181,30 @@ class Spi3:
             return
         self.flash.select(self._now())
         pending, self.txq = self.txq, []
-        for frame in pending:
-            self._push(frame)
+        self._send(pending)
         if self._tmod() in (TMOD_RX, TMOD_EEPROM):
             self.rx_left = self._reg(CTRLR1) + 1
 
     def _to_bytes(self, frame: int) -> bytes:
         return (frame & self._fmask).to_bytes(self._fb, "big")
 
-    def _push(self, frame: int) -> None:
-        # the hot path of page programs (one call per data byte): kept call-free
-        if not self.selected or self.enh:
-            self.txq.append(frame)
-            return
-        fb = self._fb
-        data = (frame & self._fmask).to_bytes(fb, "big")
-        if self._first < 0:
-            self._first = data[0]
-        self._stall(fb * self._bits_cost / self._src())
-        rx = self.flash.exchange(data, self._now())
-        if self._tmod_v == TMOD_TXRX:
-            self.rxq += rx
+    def _send(self, frames: Sequence[int]) -> None:
+        """Clock ``frames`` out in a standard transfer, each at its own time (after the
+        transfer time of the ones before it). The hot path of page programs: one frame
+        per data byte, or the frames queued before the slave was selected."""
+        fb, fmask = self._fb, self._fmask
+        cost = fb * self._bits_cost  # SCLK cycles of one frame (times the divider)
+        hz = self._src()  # the clock cannot change while the frames go out
+        stall, now, exchange = self._stall, self._now, self.flash.exchange
+        received = self._tmod_v == TMOD_TXRX
+        for frame in frames:
+            data = (frame & fmask).to_bytes(fb, "big")
+            if self._first < 0:
+                self._first = data[0]
+            stall(cost / hz)
+            rx = exchange(data, now())
+            if received:
+                self.rxq += rx
 
     def _fill(self) -> None:
         """Clock in the next RX frames (up to a FIFO's worth) of a receive transfer."""

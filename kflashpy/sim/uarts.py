@@ -193,10 +193,11 @@ class DwUart(_Uart):
         return 0x0C if self.now() >= self.rx_activity + self._timeout_s() else 0
 
     def irq(self) -> bool:
+        # the PLIC asks on every claim, mret and mip read: comparisons, no bool() calls
         ier = self.ier
-        if ier & IER_ERBFI and (self._rx_irq() if self.trigger > 1 else self.rx):
+        if ier & IER_ERBFI != 0 and (self._rx_irq() if self.trigger > 1 else len(self.rx) != 0):
             return True
-        return bool(ier & IER_ETBEI)
+        return ier & IER_ETBEI != 0
 
     def irq_at(self, wire: Wire) -> float | None:
         if self.irq():
