@@ -1,0 +1,47 @@
+"""benchmarks/bench_flashers.py's burns are exact: the same burn, the same virtual time.
+
+bench_sim_speed.py prints that time to compare simulator changes (it must not move), and
+each burn puts its flash file in a new temporary directory. A board without ``uid``
+derives its flash unique id from that path (docs/simulator.md), and the IDENTIFY reply
+carrying the id is one byte longer when SLIP escapes one of its bytes: the burn's time
+then depended on the directory's random name (issue #16).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import serial
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from bench_flashers import YOLO, ours  # noqa: E402
+
+serial.protocol_handler_packages.append("kflashpy.sim")
+
+
+def _derived_uid_escapes(path: Path) -> bool:
+    """Does the id a board derives from ``path`` hold a byte SLIP escapes?"""
+    uid = hashlib.sha256(f"flash-file:{path.resolve()}".encode()).digest()[:8]
+    return any(b in (0xC0, 0xDB) for b in uid)
+
+
+def _flash_path(tmp_path: Path, escapes: bool) -> Path:
+    for i in range(10_000):
+        path = tmp_path / f"d{i}" / "flash.img"
+        if _derived_uid_escapes(path) == escapes:
+            path.parent.mkdir()
+            return path
+    raise AssertionError("no such path")
+
+
+def test_virtual_time_does_not_depend_on_the_flash_files_path(tmp_path: Path) -> None:
+    image = YOLO.read_bytes()[:8192]
+    times = {
+        escapes: ours("kmodel", image, 0x300000, 115200, _flash_path(tmp_path, escapes))
+        for escapes in (False, True)
+    }
+    assert all(row.ok for row in times.values())
+    assert times[False].total_s == times[True].total_s
