@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import random
 import sys
 import tempfile
@@ -30,6 +31,7 @@ import time
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -81,7 +83,13 @@ def ours(case: str, image: bytes, address: int, baud: int, flash: Path) -> Row:
     """Burn with kflashpy's flasher on a board whose flash lives in ``flash``."""
     h0 = time.monotonic()
     url = f"sim://?board=maix-bit&uid={UID}&flash={flash}"
-    with connect(url, board="maix-bit", baud=baud, stub="kflashpy") as dev:
+    # bytes a burn keeps (kflashpy/isp/kept.py) are filed by board id: beside the flash
+    # file, so that one run's never reach another's board of the same fixed id
+    state = {"KFLASHPY_STATE_DIR": str(flash.parent / f"{flash.name}.state")}
+    with (
+        mock.patch.dict(os.environ, state),
+        connect(url, board="maix-bit", baud=baud, stub="kflashpy") as dev,
+    ):
         board = dev.port.sim_board
         ready = board.now
         passes: list[float] = []
