@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import threading
 
 import pytest
 
@@ -249,6 +250,26 @@ def test_wire_timing_and_garbage() -> None:
     chunks = w.receive(1.0, 1_500_000)
     assert b"hello" not in b"".join(c for _, c in chunks)
     assert w.bytes_garbled > 50
+
+
+def test_wire_delivers_a_byte_asked_for_at_its_exact_arrival_time() -> None:
+    """A receiver woken at a byte's arrival time (``wfi`` jumps there) gets that byte.
+    Here ``(until - t0) / dt`` rounds to just under 469 where ``t0 + 469 * dt`` equals
+    ``until``: the receive loop used to take nothing and spin for ever (a wedged
+    ``sim serve``)."""
+    w = Wire()
+    t0 = 80.50780226385478
+    w.send(bytes(range(256)) * 4, t0, 1_500_000)
+    first = w.receive(w.arrival_of(468), 1_500_000)  # bytes 0..467
+    assert sum(len(c) for _, c in first) == 468
+    until = w.arrival_of(1)
+    assert int((until - t0) / (10 / 1_500_000) + 1e-9) == 468  # the rounding at issue
+    got: list[list[tuple[float, bytes]]] = []
+    worker = threading.Thread(target=lambda: got.append(w.receive(until, 1_500_000)), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "Wire.receive spins at a byte's exact arrival time"
+    assert got == [[(until, bytes([468 % 256]))]]
 
 
 def test_wire_arrival_times_in_one_pass() -> None:

@@ -161,7 +161,10 @@ class Wire:
             pos, t0, dt, data = seg.pos, seg.t0, seg.dt, seg.data
             if t0 + (pos + 1) * dt > until:
                 break
-            n_arrived = min(len(data), int((until - t0) / dt + 1e-9))
+            # at least byte ``pos``, which the test above saw arrive: at 60 s and 1.5 Mbaud
+            # one ulp of ``until`` is 2e-9 byte times, so the quotient can fall short of
+            # ``pos + 1`` where the sum did not, and the loop would never end
+            n_arrived = max(pos + 1, min(len(data), int((until - t0) / dt + 1e-9)))
             end = n_arrived if budget < 0 else min(n_arrived, pos + budget)
             chunk = data[pos:end]
             t_last = t0 + end * dt
