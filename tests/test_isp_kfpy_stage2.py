@@ -108,6 +108,7 @@ def test_half_frames_where_the_line_and_the_board_go_at_the_same_pace():
     # compressible data (0.6): at 3 Mbaud the board is slower and always has frames queued
     firmware = b"".join(rng.randbytes(150) + bytes(106) for _ in range(4000))
     assert frame_size(firmware, 3000000) == 0x10000
+    assert frame_size(b"", 3000000) == 0x10000
     at, size = 0x300000, 1352588
     cuts = [(at + o, n) for o, n in sector_blocks(at, size, 0x10000)]
     taper = tapered(cuts, [(at, 0x200000)], 0x8000)

@@ -280,7 +280,7 @@ def frame_size(data: bytes, baud: int) -> int:
     queued (the line is faster), and 64 KiB frames cost less. The compressed size is
     estimated with zlib level 1 (a few ms per MB)."""
     wire = len(zlib.compress(data, 1)) * 10 / baud
-    program = -(-len(data) // 256) * PAGE_S
+    program = max(1, -(-len(data) // 256)) * PAGE_S
     return FRAME // 2 if BALANCED[0] <= wire / program <= BALANCED[1] else FRAME
 
 
@@ -290,9 +290,9 @@ def tapered(
     """Re-cut the frames at the ends of a write that go to erased flash into frames that
     grow from the start (:data:`TAPER`) and shrink towards the end: the board starts
     programming after a short first frame, and once the last byte has arrived it has only
-    a sector left to program. Frames still end at sectors and never cross a ``frame``
-    boundary (64 KiB or less, :func:`frame_size`), which the frames between the ends
-    span.
+    a sector left to program. Frames still end at sectors and never cross a 64 KiB
+    block; past the ramp they are ``frame`` long (:func:`frame_size`) and never cross a
+    ``frame`` boundary.
 
     Only over erased flash: over old data each frame of a block would erase again.
     ``cuts`` are the ``(address, length)`` frames in order, ``blank`` the erased ranges.
