@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import random
 import struct
 import zlib
 
@@ -18,6 +19,7 @@ from kflashpy.isp.kfpy_stage2 import (
     _BadReply,
     _Frame,
     _payload,
+    frame_size,
     tapered,
 )
 from kflashpy.isp.stage2 import WriteLedger, join_pieces, sector_blocks
@@ -91,6 +93,33 @@ def test_frames_over_erased_flash_grow_from_the_start_and_shrink_to_the_end():
     assert tapered(cuts, [(at, 0x10000)]) == cuts
     # a single short frame: sectors
     assert tapered([(0, 5000)], [(0, 0x2000)]) == [(0, 0x1000), (0x1000, 904)]
+
+
+def test_half_frames_where_the_line_and_the_board_go_at_the_same_pace():
+    """The board programs a frame once all of it has arrived: where the line brings the
+    bytes as fast as the board programs them it stays a frame behind to the end, so the
+    frames between the ends are 32 KiB there; 64 KiB where either side is faster."""
+    # a 1.35 MB kmodel's compressibility: ~0.9 of its size after zlib
+    rng = random.Random(5)
+    data = b"".join(rng.randbytes(230) + bytes(26) for _ in range(4000))
+    assert frame_size(data, 3000000) == 0x8000
+    assert frame_size(data, 1500000) == 0x10000  # the line is slower: the board catches up
+    assert frame_size(data, 115200) == 0x10000
+    # compressible data (0.6): at 3 Mbaud the board is slower and always has frames queued
+    firmware = b"".join(rng.randbytes(150) + bytes(106) for _ in range(4000))
+    assert frame_size(firmware, 3000000) == 0x10000
+    assert frame_size(b"", 3000000) == 0x10000
+    at, size = 0x300000, 1352588
+    cuts = [(at + o, n) for o, n in sector_blocks(at, size, 0x10000)]
+    taper = tapered(cuts, [(at, 0x200000)], 0x8000)
+    _frames_ok(cuts, taper)
+    sizes = [n for _, n in taper]
+    assert sizes[:4] == [0x1000, 0x1000, 0x2000, 0x3000]
+    # past the ramp, no frame is longer than 32 KiB or crosses a 32 KiB boundary
+    past = [(a, n) for a, n in taper if a >= 0x320000]
+    assert max(n for _, n in past) == 0x8000
+    assert all(a // 0x8000 == (a + n - 1) // 0x8000 for a, n in past)
+    assert taper[-2:] == [(0x449000, 0x1000), (0x44A000, at + size - 0x44A000)]
 
 
 def test_ack_digest_proves_the_region_unless_an_erase_reaches_another_frame():

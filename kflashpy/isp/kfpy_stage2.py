@@ -260,13 +260,39 @@ def _digest_matches(frame: _Frame, digest: bytes) -> bool:
 #: before, so that the two frames queued behind a frame the board is writing take at
 #: least as long on the wire as that frame takes to write (at 1.5-3 Mbaud)
 TAPER = tuple(k * SECTOR for k in (1, 1, 2, 3, 4, 6, 8, 12))
+#: a page program, typical (0.7 ms, the 25-series datasheets), with the flasher's 31 us
+#: between one page and the next (its read-back and the next page's 256 bytes)
+PAGE_S = 0.731e-3
+#: wire time over program time of a write within which the two go at about the same pace
+#: (:func:`frame_size`)
+BALANCED = (0.85, 1.25)
 
 
-def tapered(cuts: list[tuple[int, int]], blank: Pieces) -> list[tuple[int, int]]:
+def frame_size(data: bytes, baud: int) -> int:
+    """The frame size of a write over erased flash: 32 KiB where the line brings the
+    bytes (compressed) about as fast as the board programs them, else 64 KiB.
+
+    A frame is programmed only once all of it has arrived and been decoded, so the board
+    works a frame behind the line; where both go at the same pace it never catches up,
+    and after the last byte the frames of the last 64 KiB are still to program (the
+    1.35 MB kmodel at 3 Mbaud: 0.2 s). Half frames halve that. Where either side is
+    clearly faster, the board catches up (the line is slower) or always has frames
+    queued (the line is faster), and 64 KiB frames cost less. The compressed size is
+    estimated with zlib level 1 (a few ms per MB)."""
+    wire = len(zlib.compress(data, 1)) * 10 / baud
+    program = max(1, -(-len(data) // 256)) * PAGE_S
+    return FRAME // 2 if BALANCED[0] <= wire / program <= BALANCED[1] else FRAME
+
+
+def tapered(
+    cuts: list[tuple[int, int]], blank: Pieces, frame: int = FRAME
+) -> list[tuple[int, int]]:
     """Re-cut the frames at the ends of a write that go to erased flash into frames that
     grow from the start (:data:`TAPER`) and shrink towards the end: the board starts
     programming after a short first frame, and once the last byte has arrived it has only
-    a sector left to program. Frames still end at sectors and never cross a 64 KiB block.
+    a sector left to program. Frames still end at sectors and never cross a 64 KiB
+    block; past the ramp they are ``frame`` long (:func:`frame_size`) and never cross a
+    ``frame`` boundary.
 
     Only over erased flash: over old data each frame of a block would erase again.
     ``cuts`` are the ``(address, length)`` frames in order, ``blank`` the erased ranges.
@@ -282,7 +308,7 @@ def tapered(cuts: list[tuple[int, int]], blank: Pieces) -> list[tuple[int, int]]
         return any(b <= lo and hi <= b + m for b, m in blank)
 
     def plain(lo: int, hi: int) -> list[tuple[int, int]]:
-        return [(lo + off, n) for off, n in sector_blocks(lo, hi - lo, FRAME)]
+        return [(lo + off, n) for off, n in sector_blocks(lo, hi - lo, frame)]
 
     def ramp(lo: int, hi: int) -> tuple[list[tuple[int, int]], int]:
         out, pos = [], lo
@@ -303,7 +329,7 @@ def tapered(cuts: list[tuple[int, int]], blank: Pieces) -> list[tuple[int, int]]
                 break
             cut = -(-(pos - size) // SECTOR) * SECTOR
             cut = max(cut if cut < pos else (pos - 1) // SECTOR * SECTOR, lo)
-            start = max(lo, (pos - 1) // FRAME * FRAME)
+            start = max(lo, (pos - 1) // frame * frame)
             if cut - start < size:  # no short frame left between this one and its block's start
                 cut = start
             out.insert(0, (cut, pos - cut))
@@ -854,8 +880,12 @@ class KfpyStage2(Stage2):
             for at, chunk in frames
             for off, n in sector_blocks(at, len(chunk), self._frame_limit)
         ]
-        if self._frame_limit == FRAME:
-            cuts = tapered(cuts, [(address + off, n) for off, n in blank])
+        if self._frame_limit == FRAME and blank:
+            cuts = tapered(
+                cuts,
+                [(address + off, n) for off, n in blank],
+                frame_size(data, self.link.port.baudrate),
+            )
         # frames hash_list_ahead() sent: in flight already (sent again if not acknowledged)
         inflight = deque(
             f
