@@ -6,6 +6,7 @@ emulated core, and the assertions read the virtual NOR flash.
 
 import json
 import os
+import random
 
 import pytest
 from support.paths import KMODELS
@@ -100,8 +101,9 @@ def test_kfpkg_burn_erase_and_reboot_into_the_firmware(tmp_path):
 )
 def test_faults_are_recovered_without_silent_corruption(faults):
     """Seeded faults that hit: the burn recovers (resends after a barrier), and its
-    claim of success is checked against the flash itself."""
-    payload = os.urandom(48 * 1024)
+    claim of success is checked against the flash itself. The payload is seeded too:
+    where a corrupted byte lands in the frame decides the outcome (see the next test)."""
+    payload = random.Random(0).randbytes(48 * 1024)
     with kflashpy.connect(f"{SIM}&{faults}", board="maix-bit", baud=BAUD, stub="kflash") as dev:
         board = dev.port.sim_board
         result = burn_on(dev, [WriteRegion(0x3F0000, payload, "p")], reboot=False)
@@ -110,6 +112,23 @@ def test_faults_are_recovered_without_silent_corruption(faults):
         assert dev.link.stats.retries > 0
         assert result.regions[0].status == "written"
         assert board.flash.read(0x3F0000, len(payload)) == payload
+
+
+def test_a_stub_left_answering_stale_replies_fails_loudly():
+    """With this payload (as with 2 of 40 seeds tried) a corrupted byte in the write
+    frame leaves kflash.py's stub answering every NOP with stale replies (``d7 e0``,
+    ``d4 e2``), which only a reset and a new upload would clear: the burn must fail
+    with "lost contact" and name what may be damaged, never claim success."""
+    payload = random.Random(1).randbytes(48 * 1024)
+    faults = "corrupt=1e-5&drop=5e-6&dir=to_board&seed=4"
+    with (
+        pytest.raises(KflashError) as e,
+        kflashpy.connect(f"{SIM}&{faults}", board="maix-bit", baud=BAUD, stub="kflash") as dev,
+    ):
+        burn_on(dev, [WriteRegion(0x3F0000, payload, "p")], reboot=False)
+    assert "lost contact" in str(e.value)
+    assert "0x003F0000-0x003FBFFF" in (e.value.hint or "")
+    assert dev.link.stats.unexpected
 
 
 #: both flashers: the kflash 1.1.6 one (at a rate that needs a baud switch) and ours
