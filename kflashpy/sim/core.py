@@ -737,8 +737,8 @@ class Core:
                 arrival = wire.arrival_of(min(max(1, uart.room()), pending))
                 if arrival is not None and arrival < t:
                     t = arrival
-        if mie & MIE_MTIE and self.cpu_hz:
-            due = self._mtime_t0 + (self.clint.mtimecmp() - self._mtime_base) * 50 / self.cpu_hz
+        if mie & MIE_MTIE:
+            due = self._mtimecmp_time()
             if self.board.now < due < t:
                 t = due
         return t

@@ -165,9 +165,6 @@ class Clint(RegisterFile):
         super().write(offset, size, value)
         self.cmp = int.from_bytes(self.regs[self.MTIMECMP : self.MTIMECMP + 8], "little")
 
-    def mtimecmp(self) -> int:
-        return self.cmp
-
     def msip(self) -> bool:
         return bool(self.regs[0] & 1)
 

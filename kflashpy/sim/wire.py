@@ -101,9 +101,7 @@ class Wire:
         queued), in one pass over the segments."""
         out: list[float] = []
         for seg in self._segments:
-            t0, dt = seg.t0, seg.dt
-            for i in range(seg.pos, min(len(seg.data), seg.pos + count - len(out))):
-                out.append(t0 + (i + 1) * dt)
+            out += map(seg.arrival, range(seg.pos, min(len(seg.data), seg.pos + count - len(out))))
             if len(out) >= count:
                 break
         return out
