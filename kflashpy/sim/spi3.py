@@ -105,15 +105,6 @@ class Spi3:
         self._frf_v = ctrlr0 >> frf_shift & 3
         self._bits_cost = 8 * (self._reg(BAUDR) & 0xFFFE or 2)
 
-    def _frame_bytes(self) -> int:
-        return self._fb
-
-    def _tmod(self) -> int:
-        return self._tmod_v
-
-    def _frf(self) -> int:
-        return self._frf_v
-
     def _charge(self, nbytes: int) -> None:
         self._stall(nbytes * self._bits_cost / self._src())
 
@@ -130,7 +121,7 @@ class Spi3:
             return value
         if offset == RXFLR:
             self._fill()
-            return min(FIFO_DEPTH, len(self.rxq) // self._frame_bytes())
+            return min(FIFO_DEPTH, len(self.rxq) // self._fb)
         if offset == SR:
             self._fill()
             return 0x06 | (0x08 if self.rxq else 0)
@@ -173,16 +164,16 @@ class Spi3:
             return
         self.selected = True
         self.transactions += 1
-        self.enh = bool(self._frf())
+        self.enh = bool(self._frf_v)
         self._first = -1
         if self.enh:
-            if self._tmod() == TMOD_RX:
+            if self._tmod_v == TMOD_RX:
                 self.rx_left = self._reg(CTRLR1) + 1
             return
         self.flash.select(self._now())
         pending, self.txq = self.txq, []
         self._send(pending)
-        if self._tmod() in (TMOD_RX, TMOD_EEPROM):
+        if self._tmod_v in (TMOD_RX, TMOD_EEPROM):
             self.rx_left = self._reg(CTRLR1) + 1
 
     def _to_bytes(self, frame: int) -> bytes:
@@ -210,7 +201,7 @@ class Spi3:
         """Clock in the next RX frames (up to a FIFO's worth) of a receive transfer."""
         if not self.selected or not self.rx_left or len(self.rxq) >= FIFO_DEPTH:
             return
-        fb = self._frame_bytes()
+        fb = self._fb
         if self.enh:
             self._enhanced(rx_frames=self.rx_left)
             return
@@ -238,11 +229,11 @@ class Spi3:
         addr_bits = (spi >> 2 & 0xF) * 4
         wait = spi >> 11 & 0x1F
         trans_type = spi & 3
-        lines = _LINES.get(self._frf(), 1)
+        lines = _LINES.get(self._frf_v, 1)
         entries, self.txq = self.txq, []
         inst = entries.pop(0) & 0xFF if inst_bits and entries else None
         addr = entries.pop(0) if addr_bits and entries else 0
-        fb = self._frame_bytes()
+        fb = self._fb
         tx = b"".join(self._to_bytes(f) for f in entries)
         self.rx_left = 0
         # SCLK cycles: the instruction on one line unless TRANS_TYPE 2, the address on
