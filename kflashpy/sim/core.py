@@ -42,6 +42,7 @@ from unicorn.unicorn_py3.unicorn import uclib
 
 from ..target import k210
 from .crypto import AesEngine, ShaEngine
+from .dmac import Dmac
 from .icount import InstructionCounter
 from .memory import SRAM_ALIAS, SRAM_BASE, SRAM_SIZE, Sram
 from .parts import BoardServices
@@ -282,7 +283,12 @@ class Core:
             uart.now = self._time
         self.sha = ShaEngine()
         self.aes = AesEngine()
+        self.dmac = Dmac(board.sram, self.sysctl.word, self._time, self._device_halt)
+        self.sysctl.peri_reset_hooks[1] = self.dmac.reset
+        for channel in self.dmac.channels:
+            self.plic.sources[channel.irq] = channel.level
         models: dict[str, Any] = {
+            "dmac": self.dmac,
             "clint": self.clint,
             "plic": self.plic,
             "fpioa": self.fpioa,
@@ -552,6 +558,12 @@ class Core:
         self._skip = t
         _uc_emu_stop(self._uch)
 
+    def _device_halt(self, reason: str) -> None:
+        """A device model met something it does not model: the board halts after the
+        running slice, with ``reason``."""
+        self._halt_reason = reason
+        _uc_emu_stop(self._uch)
+
     def _request_soft_reset(self) -> None:
         self._reset_requested = True
         _uc_emu_stop(self._uch)
@@ -715,6 +727,8 @@ class Core:
 
     def _sync_rx(self) -> None:
         board = self.board
+        if self.dmac.armed:
+            self.dmac.sync(board.now)
         wire = board.to_board
         if wire.next_at > board.now:  # nothing has arrived (most slices)
             return
@@ -726,8 +740,8 @@ class Core:
             uart.receive(chunk, at)
 
     def _next_event(self, t_end: float, mie: int) -> float:
-        """When the next slice must end: the RX FIFO would fill, or mtimecmp is due
-        (``mie`` as the guest has it now)."""
+        """When the next slice must end: the RX FIFO would fill, mtimecmp is due
+        (``mie`` as the guest has it now), or a DMA block completes."""
         t = t_end
         uart = self.rx_uart
         if uart is not None:
@@ -739,6 +753,10 @@ class Core:
                     t = arrival
         if mie & MIE_MTIE:
             due = self._mtimecmp_time()
+            if self.board.now < due < t:
+                t = due
+        if self.dmac.armed:  # a DMA block completes (its done interrupt may rise)
+            due = self.dmac.due()
             if self.board.now < due < t:
                 t = due
         return t
@@ -869,6 +887,8 @@ class Core:
             at = uart.irq_at(self.board.to_board)
             if at is not None:
                 wake = min(wake, at)
+        if mie & MIE_MEIE and self.dmac.armed:
+            wake = min(wake, self.dmac.irq_due(self.plic.passes))
         return max(now, wake) if wake < t_end else None
 
     def _mtimecmp_time(self) -> float:

@@ -90,6 +90,48 @@ PERIPHERALS: dict[str, Peripheral] = {
 
 #: PLIC interrupt sources of the UARTs
 UART_IRQ = {"uart1": 11, "uart2": 12, "uart3": 13, "uarths": 33}
+#: PLIC interrupt sources of the DMAC's six channels (channel n: 27 + n)
+DMA_IRQ = tuple(range(27, 33))
+#: DMA handshake request numbers (the SDK's sysctl_dma_select_t), which SYSCTL dma_sel
+#: routes to the DMAC's handshake interfaces (kflashpy/sim/dmac.py)
+DMA_REQUEST = {
+    name: number
+    for number, name in enumerate(
+        (
+            "ssi0_rx",
+            "ssi0_tx",
+            "ssi1_rx",
+            "ssi1_tx",
+            "ssi2_rx",
+            "ssi2_tx",
+            "ssi3_rx",
+            "ssi3_tx",
+            "i2c0_rx",
+            "i2c0_tx",
+            "i2c1_rx",
+            "i2c1_tx",
+            "i2c2_rx",
+            "i2c2_tx",
+            "uart1_rx",
+            "uart1_tx",
+            "uart2_rx",
+            "uart2_tx",
+            "uart3_rx",
+            "uart3_tx",
+            "aes_req",
+            "sha_rx",
+            "ai_rx",
+            "fft_rx",
+            "fft_tx",
+            "i2s0_tx",
+            "i2s0_rx",
+            "i2s1_tx",
+            "i2s1_rx",
+            "i2s2_tx",
+            "i2s2_rx",
+        )
+    )
+}
 
 
 def in_sram(address: int, size: int, limit: int = GENERAL_SRAM_SIZE) -> bool:
