@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from unicorn import riscv_const as rv
 
 from kflashpy.sim.board import VirtualBoard
 from kflashpy.sim.config import BoardConfig
@@ -223,5 +224,174 @@ def test_core_maps_the_dmac_and_its_done_interrupts() -> None:
         assert core.dmac.request_of(2) == 18
         core.sysctl.write(0x68, 4, 7)
         assert core.dmac.request_of(5) == 7
+    finally:
+        board.close()
+
+
+# --------------------------------------------------------------------------- UART3 RX by DMA
+UART3 = 0x5023_0000
+DIVISOR = 1693  # 115200 at the APB0 clock the ROM leaves (195 MHz)
+BYTE_S = 10 * DIVISOR / 195e6  # one character on the wire at that rate
+RX_CTL = W32 | 1 << 4  # 32-bit items, SAR fixed, DAR incrementing, MSIZE 1
+RX_CFG = 2 << 32 | 0 << 39  # peripheral -> memory, hardware handshake, interface 0
+BUF = SRAM_BASE + 0x10_0000
+WFI_J = (0x1050_0073, 0x0000_006F)  # wfi; j . (a hart that sleeps, then spins)
+
+
+def _link_board(code: tuple[int, ...] = WFI_J) -> VirtualBoard:
+    """A board whose core runs ``code`` from SRAM, UART3 on IO4 at 115200 (set up from
+    Python: the tests look at the DMAC, not at UART set-up code), dma_sel0 interface 0 =
+    UART3_RX."""
+    board = VirtualBoard(BoardConfig())
+    board.sram.write(SRAM_BASE, b"".join(w.to_bytes(4, "little") for w in code))
+    board.start_core(SRAM_BASE, board.now)
+    core = board.core
+    core.fpioa.write(4 * 4, 4, 68 | 1 << 20 | 1 << 23)  # IO4 = UART3 RX
+    uart = core.uarts["uart3"]
+    for off, value in ((0x0C, 0x80), (0x00, DIVISOR >> 4), (0x04, 0), (0x0C, 3)):
+        uart.write(off, 4, value)
+    uart.write(0xC0, 4, DIVISOR & 15)
+    uart.write(0x08, 4, 0x01)  # FIFOs on, trigger 1
+    core.sysctl.write(0x64, 4, k210.DMA_REQUEST["uart3_rx"])
+    assert core.rx_uart is uart and abs(uart.baud() - 195e6 / DIVISOR) < 1
+    return board
+
+
+def _send(board: VirtualBoard, data: bytes) -> None:
+    board.to_board.send(data, board.now, board.core.uarts["uart3"].baud())
+
+
+def _arm(board: VirtualBoard, items: int, signal: int = 2) -> Channel:
+    dmac = board.core.dmac
+    for off, value in (
+        (CH_BASE + CTL, RX_CTL),
+        (CH_BASE + CH_CFG, RX_CFG),
+        (CH_BASE + SAR, UART3),
+        (CH_BASE + DAR, BUF),
+        (CH_BASE + BLOCK_TS, items - 1),
+        (CH_BASE + CH_INTSTATUS_EN, 3),
+        (CH_BASE + CH_INTSIGNAL_EN, signal),
+        (CFG, 3),
+        (CHEN, 0x101),
+    ):
+        dmac.write(off, 4, value & 0xFFFF_FFFF)
+        dmac.write(off + 4, 4, value >> 32)
+    return dmac.channels[0]
+
+
+def _words(board: VirtualBoard, count: int) -> list[int]:
+    raw = board.sram.read(BUF, 4 * count)
+    return [int.from_bytes(raw[i : i + 4], "little") for i in range(0, len(raw), 4)]
+
+
+def test_uart_rx_block_takes_fifo_bytes_first_then_arrivals_at_their_times() -> None:
+    board = _link_board()
+    try:
+        _send(board, b"abc")
+        board.run_for(5 * BYTE_S)
+        board.core._sync_rx()  # a slice boundary: what arrived is delivered
+        uart = board.core.uarts["uart3"]
+        assert bytes(uart.rx) == b"abc"  # in the FIFO before the channel exists
+        ch = _arm(board, 8)
+        assert uart.rx == b"" and ch.remaining == 5
+        _send(board, b"defghijklm")
+        t_h = board.to_board.arrival_of(5)  # the block's last byte
+        board.run_for(20 * BYTE_S)
+        board.core._sync_rx()  # the sleeping hart looks (the next slice would)
+        assert _words(board, 9) == [*b"abcdefgh", 0]  # one 32-bit word per byte
+        assert ch.done_at == t_h and not ch.enabled
+        assert board.core.dmac.read(INTSTATUS, 4) == 1
+        assert bytes(uart.rx) == b"ijklm" and uart.overruns == 0  # the rest: the FIFO
+    finally:
+        board.close()
+
+
+def test_uart_rx_bytes_after_the_block_overrun_the_fifo_as_without_dma() -> None:
+    board = _link_board()
+    try:
+        ch = _arm(board, 4)
+        _send(board, bytes(range(30)))
+        board.run_for(40 * BYTE_S)
+        board.core._sync_rx()
+        uart = board.core.uarts["uart3"]
+        assert _words(board, 4) == [0, 1, 2, 3] and ch.remaining == 0
+        assert bytes(uart.rx) == bytes(range(4, 20)) and uart.overruns == 10
+    finally:
+        board.close()
+
+
+def test_slices_end_at_block_completion_not_for_fifo_room() -> None:
+    board = _link_board((0x0000_006F,))  # j . (awake: the idle detector skips ahead)
+    try:
+        core = board.core
+        wire = board.to_board
+        _send(board, bytes(200))
+        assert core._next_event(1.0, 0) == wire.arrival_of(16)  # the FIFO would fill
+        _arm(board, 100)
+        assert core._next_event(1.0, 0) == wire.arrival_of(100)  # the block completes
+        done = wire.arrival_of(100)
+        board.run_for(done + BYTE_S / 2 - board.now)
+        assert core.dmac.armed == [] and core.dmac.channels[0].done_at == done
+        assert core._next_event(1.0, 0) == wire.arrival_of(16)
+    finally:
+        board.close()
+
+
+def _done_wake_board(monkeypatch, signal: int) -> tuple[VirtualBoard, list[float]]:
+    """wfi with mie.MEIE (mstatus.MIE 0), PLIC source 27 enabled above threshold 0; after
+    the wake the hart writes a byte to UARTHS (the link's TX) and spins."""
+    # wfi; lui t0, 0x38000; sw x0, 0(t0); j .
+    board = _link_board((0x1050_0073, 0x3800_02B7, 0x0002_A023, 0x0000_006F))
+    core = board.core
+    core.plic.write(4 * 27, 4, 1)
+    core.plic.write(0x2000, 4, 1 << 27)
+    core.plic.write(0x20_0000, 4, 0)
+    core._rw(rv.UC_RISCV_REG_MIE, 1 << 11)
+    sent: list[float] = []
+    transmit = board.board_transmit
+    monkeypatch.setattr(
+        board, "board_transmit", lambda d, t, b: (sent.append(t), transmit(d, t, b))
+    )
+    board.run_for(1e-4)  # asleep
+    _arm(board, 6, signal)
+    _send(board, b"0123456789")
+    return board, sent
+
+
+def test_wfi_wakes_exactly_at_block_completion(monkeypatch) -> None:
+    board, sent = _done_wake_board(monkeypatch, signal=2)
+    try:
+        done = board.to_board.arrival_of(6)
+        board.run_for(20 * BYTE_S)
+        assert len(sent) == 1 and done <= sent[0] < done + 10e-9  # two instructions later
+        assert board.core.dmac.channels[0].done_at == done
+        assert board.core.status()["traps"] == 0
+    finally:
+        board.close()
+
+
+def test_wfi_sleeps_on_when_the_done_interrupt_is_not_signalled(monkeypatch) -> None:
+    board, sent = _done_wake_board(monkeypatch, signal=0)  # INTSIGNAL_EN = 0
+    try:
+        board.run_for(20 * BYTE_S)
+        assert board.core._wfi_wake(board.now + 1.0) is None  # (it delivers, too)
+        assert sent == [] and board.core.dmac.channels[0].done_at > 0
+    finally:
+        board.close()
+
+
+def test_guest_enabling_an_unmodelled_channel_halts_the_board() -> None:
+    # lui t0, 0x50000; addi t1, x0, 0x101; sw t1, 0x18(t0); j .
+    board = _link_board((0x5000_02B7, 0x1010_0313, 0x0062_AC23, 0x0000_006F))
+    try:
+        dmac = board.core.dmac
+        dmac.write(CH_BASE + CTL, 4, RX_CTL)
+        dmac.write(CH_BASE + SAR, 4, UART3 + 4)  # IER, not RBR
+        dmac.write(CH_BASE + DAR, 4, BUF)
+        dmac.write(CH_BASE + CH_CFG + 4, 4, RX_CFG >> 32)
+        dmac.write(CFG, 4, 3)
+        board.run_for(1e-4)
+        assert board.stage == "halted"
+        assert board.halt_reason.startswith("DMAC channel 0 (request 18): SAR=0x50230004")
     finally:
         board.close()

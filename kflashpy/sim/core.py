@@ -58,7 +58,7 @@ from .periph import (
     Sysctl,
 )
 from .spi3 import NoDevice, Spi3
-from .uarts import DwUart, Uarths
+from .uarts import DwUart, Uarths, UartRxDma
 
 MSTATUS_MIE, MSTATUS_MPIE, MSTATUS_MPP = 0x8, 0x80, 0x1800
 MIE_MSIE, MIE_MTIE, MIE_MEIE = 1 << 3, 1 << 7, 1 << 11
@@ -264,6 +264,10 @@ class Core:
         self.fpioa = Fpioa(self._route)
         self.clint = Clint(self._mtime)
         self.plic = Plic()
+        self.dmac = Dmac(board.sram, self.sysctl.word, self._time, self._device_halt)
+        self.sysctl.peri_reset_hooks[1] = self.dmac.reset
+        for channel in self.dmac.channels:
+            self.plic.sources[channel.irq] = channel.level
         self.uarths = Uarths(lambda: self.cpu_hz, self._transmit, board.rom.div)
         dw_uarts = {
             n: DwUart(n, lambda: self.apb0_hz, self._transmit) for n in ("uart1", "uart2", "uart3")
@@ -279,14 +283,14 @@ class Core:
         for name, uart in self.uarts.items():
             self.plic.sources[k210.UART_IRQ[name]] = uart.irq
             uart.pull = self._puller(uart)
+        for name, dw in dw_uarts.items():
+            self.dmac.endpoints[k210.DMA_REQUEST[f"{name}_rx"]] = UartRxDma(
+                dw, board.to_board, lambda dw=dw: self.rx_uart is dw
+            )
         for uart in dw_uarts.values():
             uart.now = self._time
         self.sha = ShaEngine()
         self.aes = AesEngine()
-        self.dmac = Dmac(board.sram, self.sysctl.word, self._time, self._device_halt)
-        self.sysctl.peri_reset_hooks[1] = self.dmac.reset
-        for channel in self.dmac.channels:
-            self.plic.sources[channel.irq] = channel.level
         models: dict[str, Any] = {
             "dmac": self.dmac,
             "clint": self.clint,
@@ -543,6 +547,8 @@ class Core:
             if uart is self.rx_uart and self._in_slice:
                 now = self._time()
                 if wire.next_at <= now:
+                    if uart.dma is not None:  # an armed DMA channel takes bytes first
+                        self.dmac.sync(now)
                     for at, chunk in wire.receive(now, uart.baud()):
                         uart.receive(chunk, at)
 

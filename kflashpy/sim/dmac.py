@@ -42,10 +42,12 @@ wrong transfer.
 The endpoint interface (what a peripheral implements to take part, registered with
 ``Dmac.endpoints[request] = endpoint``):
 
-* ``dma_arm(channel) -> str | None``: a channel routed to the request was enabled. The
-  endpoint checks what it supports (``channel.to_memory`` gives the direction;
+* ``dma_arm(channel) -> str | None``: a channel routed to the request was enabled (it
+  is armed already: the endpoint may move items at once). The endpoint checks what it
+  supports (``channel.to_memory`` gives the direction;
   ``channel.prf_address``, ``channel.prf_fixed``, ``channel.width`` the peripheral
-  side) and returns why not (the board halts with it), or keeps the channel and returns
+  side, ``channel.reg(CTL)`` the burst sizes; ``channel.dmac.now()`` is the time of
+  the enable) and returns why not (the board halts with it), or keeps the channel and returns
   None. While armed it moves items with ``channel.put(values, at)`` (peripheral ->
   memory: the values, oldest first, the last one complete at virtual time ``at``) or
   ``values = channel.take(count, at)`` (memory -> peripheral); both take at most
@@ -255,12 +257,16 @@ class Channel:
         self._mem, self._mem_fixed = off, fixed
         self.prf_address = sar if self.to_memory else dar
         self.prf_fixed = sinc_fixed if self.to_memory else dinc_fixed
-        refused = endpoint.dma_arm(self)
-        if refused:
-            return halt(f"{name} (request {request}): {refused}")
+        # armed before the endpoint is asked: it may move items (and complete) at once
         self.endpoint = endpoint
         self.enabled = True
         self.dmac.armed.append(self)
+        refused = endpoint.dma_arm(self)
+        if refused:
+            self.enabled = False
+            self.endpoint = None
+            self.dmac.armed.remove(self)
+            return halt(f"{name} (request {request}): {refused}")
         return None
 
     def _memory(self, address: int, fixed: bool, reg_name: str) -> int | None:

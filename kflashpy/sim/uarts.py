@@ -10,8 +10,11 @@ fractional part (DLF), so ``baud = f_APB0 / (4096*DLH + 16*DLL + DLF)``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
+from ..target import k210
+from .dmac import CTL, Channel
 from .periph import merge
 from .wire import BITS_PER_BYTE, Wire
 
@@ -34,6 +37,7 @@ class _Uart:
         self._transmit = transmit
         self.rx = bytearray()
         self.overruns = 0
+        self.dma: Channel | None = None  # a DMA channel armed on the RX request
         # called before the guest reads receive state: the board delivers the bytes that
         # have arrived by the core's current time (a no-op until a core is attached)
         self.pull: Callable[[], None] = _nothing
@@ -48,7 +52,9 @@ class _Uart:
         self.rx += data
 
     def room(self) -> int:
-        return self.fifo_depth - len(self.rx)
+        """Bytes that can still arrive before one is lost: the FIFO's free entries, plus
+        what an armed DMA channel still takes first."""
+        return self.fifo_depth - len(self.rx) + (self.dma.remaining if self.dma else 0)
 
     def baud(self) -> float:
         raise NotImplementedError
@@ -206,8 +212,10 @@ class DwUart(_Uart):
             return None
         # walk the bytes in flight: the trigger level is reached at the arrival of the
         # one that completes it, unless a gap of a timeout comes first with bytes waiting
+        # (the bytes an armed DMA channel takes first never reach the FIFO)
         count, last, timeout = len(self.rx), self.rx_activity, self._timeout_s()
-        for arrival in wire.arrivals(self.trigger - count):
+        skip = self.dma.remaining if self.dma else 0
+        for arrival in wire.arrivals(skip + self.trigger - count)[skip:]:
             if count and arrival > last + timeout:
                 return last + timeout
             count, last = count + 1, arrival
@@ -286,3 +294,68 @@ class DwUart(_Uart):
             self.scr = value & 0xFF
         elif offset == DLF:
             self.dlf = value & 0xF
+
+
+class UartRxDma:
+    """The DMAC endpoint of a DW UART's RX request (docs/simulator.md, "The DMAC").
+
+    A channel armed on it takes the received bytes, each as one item (8- or 32-bit: the
+    byte in bits 0-7, upper bits 0) at the byte's arrival time, from the data register
+    (RBR, fixed address) in single transfers (SRC_MSIZE 1 item), as the SDK's
+    ``uart_receive_data_dma`` programs it. Bytes already in the RX FIFO when the channel
+    is enabled go first; while it has room the FIFO stays empty; bytes after its block
+    go to the FIFO again, with its overrun rules. ``linked()`` says whether the UART
+    listens on the serial line (the FPIOA routes it to IO4), ``wire`` carries the line."""
+
+    def __init__(self, uart: DwUart, wire: Wire, linked: Callable[[], bool]) -> None:
+        self.uart = uart
+        self.wire = wire
+        self.linked = linked
+        self.rbr = k210.PERIPHERALS[uart.name].base + RBR
+        self.channel: Channel | None = None
+        self.armed_at = 0.0
+
+    def dma_arm(self, channel: Channel) -> str | None:
+        ctl = channel.reg(CTL)
+        name = self.uart.name.upper()
+        if not channel.to_memory:
+            return f"{name}'s RX request serves peripheral -> memory transfers (TT_FC 2) only"
+        if channel.prf_address != self.rbr or not channel.prf_fixed:
+            fixed = "fixed" if channel.prf_fixed else "incrementing"
+            return (
+                f"SAR=0x{channel.prf_address:08x} ({fixed}): the source must be {name}'s"
+                f" RBR, 0x{self.rbr:08x}, fixed (CTL.SINC = 1)"
+            )
+        if channel.width not in (1, 4):
+            return f"CTL=0x{ctl:016x}: items of {channel.width} bytes (8 or 32 bits are modelled)"
+        if ctl >> 14 & 0xF:
+            return f"CTL=0x{ctl:016x}: SRC_MSIZE {ctl >> 14 & 0xF} (single transfers only)"
+        uart = self.uart
+        now = channel.dmac.now()
+        uart.pull()  # what has arrived by now is in the FIFO, with its overrun rules
+        self.channel, self.armed_at = channel, now
+        uart.dma = channel
+        taken = channel.put(bytes(uart.rx), now)  # may complete (and disarm) at once
+        del uart.rx[:taken]
+        return None
+
+    def dma_sync(self, now: float) -> None:
+        channel, wire, uart = self.channel, self.wire, self.uart
+        if channel is None or wire.next_at > now or not self.linked():
+            return
+        for at, chunk in wire.receive(now, uart.baud(), channel.remaining):
+            taken = channel.put(chunk, max(at, self.armed_at))
+            uart.rx_activity = max(uart.rx_activity, at)
+            if taken < len(chunk):  # a garbled chunk can decode to more bytes than sent
+                uart.receive(chunk[taken:], at)
+
+    def dma_due(self) -> float:
+        channel = self.channel
+        if channel is None or not self.linked():
+            return math.inf
+        at = self.wire.arrival_of(channel.remaining)
+        return math.inf if at is None else max(at, self.armed_at)
+
+    def dma_disarm(self, channel: Channel) -> None:
+        self.channel = None
+        self.uart.dma = None
