@@ -93,7 +93,6 @@ static u32 dict_len, dict_end; /* its length; the flash address its bytes ended 
 static u8 page_dirty[BLOCK / PAGE];
 static u32 crc_table[256];
 
-static u32 baud = 115200;
 static u32 flash_size = 16u << 20;
 static u8 jedec[3], uid[8];
 static int flash_ok;
@@ -151,11 +150,161 @@ static void rx_byte(u8 c)
 
 static void bg_service(void);
 
-/* Take what the receive FIFO holds (its level read once, then one RBR read a byte). */
+/* Receiving by DMA. Once a write frame's 16-byte header is decoded, its length says how
+ * many wire bytes it needs at least (the data still to come and the closing C0; escapes
+ * only add bytes, so blocks of that many in all never take bytes of the next frame):
+ * DMAC channel RXD_CH moves them from RBR into rxd, one 32-bit word per byte, in blocks
+ * of up to RXD_HALF words that alternate between the two halves of rxd, while the core
+ * computes or sleeps. The words are pre-filled with RXD_EMPTY (a received byte reads
+ * 0x000000XX), so the polls decode what has landed without an MMIO access; a block is
+ * complete when its last word has landed, and the next one is armed in the other half
+ * before the completed one is decoded. The block's done interrupt wakes wfi. Headers,
+ * short frames and what a frame needs beyond its plan (its escapes) come through the
+ * FIFO (RFL, RBR). rxd is read through the uncached SRAM view: the DMAC writes behind
+ * the cache. docs/flasher-protocol.md, "1. Design". */
+#define RXD_CH 0u
+#define RXD_HALF 256u /* a completed block decodes in ~25 us: within the FIFO's margin */
+#define RXD_MIN 64u   /* fewer wire bytes still needed: the FIFO takes them */
+#define RXD_EMPTY 0xFFFFFFFFu
+#define RXD_GRACE_US 2000u /* a block this late past its last byte was cut short */
+static u32 rxd_mem[2 * RXD_HALF];
+#define rxd ((volatile u32 *)((u64)rxd_mem - 0x40000000u))
+static u32 rxd_n[2], rxd_i[2]; /* per half: its block's words, words decoded */
+static u32 rxd_h;              /* the half of the newest block */
+static u32 rxd_busy;           /* the newest block is armed, its last word not yet seen */
+static u32 rxd_rest;           /* wire bytes the frame needs after the newest block, at least */
+static u32 rxd_got, rxd_seen;  /* words decoded in all; rxd_got at the last stall check */
+static u64 rxd_check;          /* MTIME of the next stall check */
+static u32 baud = 115200;
+
+static void rxd_init(void)
+{
+    SYSCTL_CLK_EN_PERI |= PERI_DMA;
+    SYSCTL_DMA_SEL0 = (SYSCTL_DMA_SEL0 & ~0x3Fu) | DMA_REQ_UART3_RX; /* interface 0 */
+    for (u32 i = 0; i < 2 * RXD_HALF; i++)
+        rxd[i] = RXD_EMPTY;
+    DMAC_CFG = 3; /* DMAC_EN | INT_EN */
+    /* DMS = master 2, SAR fixed, DAR incrementing, 32-bit items, bursts of 1 */
+    DMAC_CH(RXD_CH, CH_CTL) = (1u << 2) | (1u << 4) | (2u << 8) | (2u << 11);
+    DMAC_CH(RXD_CH, CH_CTL + 4) = 0;
+    DMAC_CH(RXD_CH, CH_CFG) = 0; /* single block */
+    /* TT_FC periph -> memory, hardware handshake on the source, SRC_PER = DST_PER = 0 */
+    DMAC_CH(RXD_CH, CH_CFG + 4) = 2u | (1u << 4);
+    DMAC_CH(RXD_CH, CH_SAR) = UART3;
+    DMAC_CH(RXD_CH, CH_DAR + 4) = 0;
+    DMAC_CH(RXD_CH, CH_INTSTATUS_EN) = DMA_TFR_DONE;
+    DMAC_CH(RXD_CH, CH_INTSIGNAL_EN) = DMA_TFR_DONE;
+    PLIC_PRIORITY(DMA_IRQ(RXD_CH)) = 1;
+    PLIC_ENABLE0 |= 1u << DMA_IRQ(RXD_CH);
+}
+
+/* when `words` more bytes should have come, plus the grace */
+static void rxd_due(u32 words)
+{
+    rxd_seen = rxd_got;
+    rxd_check = MTIME + TICKS(RXD_GRACE_US) + (u64)words * (CPU_HZ / 5u) / baud;
+}
+
+/* arm the next block, in the other half, for up to `need` wire bytes */
+static void rxd_arm(u32 need)
+{
+    u32 h = rxd_h ^ 1, k = need < RXD_HALF ? need : RXD_HALF;
+    while (DMAC_CHEN & (1u << RXD_CH)) /* the last block's channel has stopped */
+        ;
+    DMAC_CH(RXD_CH, CH_DAR) = (u32)(u64)(rxd_mem + h * RXD_HALF);
+    DMAC_CH(RXD_CH, CH_BLOCK_TS) = k - 1;
+    DMAC_CHEN = 0x101u << RXD_CH;
+    rxd_n[h] = k;
+    rxd_i[h] = 0;
+    rxd_h = h;
+    rxd_busy = 1;
+    rxd_rest = need - k;
+    rxd_due(need);
+}
+
+/* decode the words of half h's block that have landed */
+static void rxd_decode(u32 h)
+{
+    volatile u32 *w = rxd + h * RXD_HALF;
+    u32 i = rxd_i[h], n = rxd_n[h];
+    for (u32 v; i < n && (v = w[i]) != RXD_EMPTY; i++) {
+        w[i] = RXD_EMPTY;
+        rx_byte((u8)v);
+    }
+    rxd_got += i - rxd_i[h];
+    rxd_i[h] = i;
+}
+
+/* Decode what the blocks hold, oldest first. The older block is complete: once it is
+ * decoded, its half is free, and if the newest block is complete too (its done
+ * interrupt then acknowledged) and the frame's plan goes on, the next block is armed
+ * there before the newest one is decoded. */
+static void rxd_take(void)
+{
+    u32 h = rxd_h;
+    rxd_decode(h ^ 1);
+    if (rxd_busy && (rxd_i[h] == rxd_n[h] || rxd[h * RXD_HALF + rxd_n[h] - 1] != RXD_EMPTY)) {
+        rxd_busy = 0;
+        DMAC_CH(RXD_CH, CH_INTCLEAR) = ~0u;
+        if (rxd_rest)
+            rxd_arm(rxd_rest);
+    }
+    rxd_decode(h);
+}
+
+/* After a wake with a block armed: past its stall check without a word since the last
+ * check, the line has stopped short of the block (a byte lost on the way, or a header
+ * whose length was damaged): stop the channel and decode what came; the frame is then
+ * ended by its C0 as any damaged frame. */
+static void rxd_stall_check(void)
+{
+    if (!rxd_busy || MTIME < rxd_check)
+        return;
+    rxd_take();
+    if (!rxd_busy)
+        return;
+    if (rxd_got != rxd_seen) {
+        rxd_due(rxd_n[rxd_h] - rxd_i[rxd_h] + rxd_rest);
+        return;
+    }
+    DMAC_CHEN = 0x100u << RXD_CH;
+    while (DMAC_CHEN & (1u << RXD_CH))
+        ;
+    rxd_decode(rxd_h);
+    rxd_n[rxd_h] = rxd_i[rxd_h];
+    rxd_busy = rxd_rest = 0;
+    DMAC_CH(RXD_CH, CH_INTCLEAR) = ~0u;
+}
+
+/* wire bytes the frame being received still needs at least, if it is a write whose
+ * header has come in (0 otherwise) */
+static u32 rxd_need(void)
+{
+    if (rx_slot < 0 || rx_skip || rx_len < 16)
+        return 0;
+    const u8 *h = slots[rx_slot].data;
+    u32 n = h[12] | (h[13] << 8) | (h[14] << 16) | ((u32)h[15] << 24);
+    u8 op = h[0];
+    int write = op == OP_FLASH_WRITE || op == OP_WRITE || op == OP_WRITE_DEFLATE ||
+                op == OP_WRITE_DEFLATE_DICT || op == OP_SRAM_WRITE;
+    if (!write || h[1] || n > MAX_DATA || rx_len > 16 + n)
+        return 0;
+    return 16 + n - rx_len + 1;
+}
+
+/* Take what has been received: the armed block's words, else what the receive FIFO
+ * holds (its level read once, then one RBR read a byte), then arm a block for the rest
+ * of a write frame. */
 void uart_poll(void)
 {
-    for (u32 n = UART_RFL; n; n--)
-        rx_byte((u8)UART_RBR);
+    rxd_take();
+    if (!rxd_busy) {
+        for (u32 n = UART_RFL; n; n--)
+            rx_byte((u8)UART_RBR);
+        u32 need = rxd_need();
+        if (need >= RXD_MIN)
+            rxd_arm(need);
+    }
     bg_service();
 }
 
@@ -187,11 +336,14 @@ static __attribute__((noinline)) void sleep_until(u64 deadline)
     u32 id = PLIC_CLAIM;
     if (id)
         PLIC_CLAIM = id;
+    if (rxd_busy && rxd_check < deadline) /* not past the armed block's stall check */
+        deadline = rxd_check;
     if (deadline != mtimecmp) {
         MTIMECMP = deadline;
         mtimecmp = deadline;
     }
     __asm__ volatile("wfi");
+    rxd_stall_check();
 }
 
 /* nothing to do until a frame is complete */
@@ -1520,6 +1672,7 @@ static void handle(struct slot *sl, struct pending *pend)
         reply_begin(op, ST_OK);
         reply_end();
         uart_drain();
+        DMAC_CHEN = 0x100u << RXD_CH; /* no block takes the started program's bytes */
         UART_IER = IER_PTIME; /* the link as the bootstrap leaves it: polled */
         __asm__ volatile("csrc mie, %0" ::"r"(MIE_MEIE | MIE_MTIE));
         __asm__ volatile("fence.i");
@@ -1564,6 +1717,7 @@ int main(u32 magic, u32 boot_baud)
         uart_init(baud);
     }
     link_wake_init();
+    rxd_init();
     flash_init();
     for (;;) {
         if (!q_count && bg.active) { /* nothing to decode meanwhile: keep programming */

@@ -61,6 +61,26 @@ typedef unsigned long u64;
 #define PLIC_THRESHOLD REG32(0x0C200000u)
 #define PLIC_CLAIM REG32(0x0C200004u) /* read: claim, write: complete */
 
+/* DMAC (DW_axi_dmac, docs/simulator.md "The DMAC"): 64-bit registers, written here as
+ * 32-bit halves; channel n's registers at 0x100 + 0x100 n */
+#define DMAC 0x50000000u
+#define DMAC_CFG REG32(DMAC + 0x10) /* bit 0 DMAC_EN, bit 1 INT_EN */
+#define DMAC_CHEN REG32(DMAC + 0x18) /* CH_EN[n] at bit n, its write enable at bit n + 8 */
+#define DMAC_CH(n, off) REG32(DMAC + 0x100u + 0x100u * (n) + (off))
+#define CH_SAR 0x00
+#define CH_DAR 0x08
+#define CH_BLOCK_TS 0x10 /* items - 1 */
+#define CH_CTL 0x18
+#define CH_CFG 0x20
+#define CH_INTSTATUS_EN 0x80
+#define CH_INTSIGNAL_EN 0x90
+#define CH_INTCLEAR 0x98
+#define DMA_TFR_DONE 2u
+#define DMA_IRQ(n) (27u + (n)) /* PLIC source of channel n */
+#define SYSCTL_DMA_SEL0 REG32(SYSCTL + 0x64) /* request of handshake interface n: bits 6n.. */
+#define PERI_DMA (1u << 1)
+#define DMA_REQ_UART3_RX 18u
+
 /* CLINT: mtime counts at CPU clock / 50 */
 #define MTIME (*(volatile u64 *)0x0200BFF8u)
 #define MTIMECMP (*(volatile u64 *)0x02004000u) /* hart 0 */

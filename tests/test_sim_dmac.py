@@ -4,10 +4,15 @@ the endpoint interface, the done interrupt, and the loud halts for what is not m
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
+from support.simwire import reply
 from unicorn import riscv_const as rv
 
+from kflashpy.isp.connect import connect
+from kflashpy.isp.frames import build_request
+from kflashpy.isp.slip import encode
 from kflashpy.sim.board import VirtualBoard
 from kflashpy.sim.config import BoardConfig
 from kflashpy.sim.dmac import (
@@ -30,6 +35,7 @@ from kflashpy.sim.dmac import (
     Dmac,
 )
 from kflashpy.sim.memory import SRAM_ALIAS, SRAM_BASE, Sram
+from kflashpy.sim.uarts import DwUart
 from kflashpy.target import k210
 
 W32 = 2 << 8 | 2 << 11  # SRC_TR_WIDTH = DST_TR_WIDTH = 32 bits
@@ -395,3 +401,174 @@ def test_guest_enabling_an_unmodelled_channel_halts_the_board() -> None:
         assert board.halt_reason.startswith("DMAC channel 0 (request 18): SAR=0x50230004")
     finally:
         board.close()
+
+
+def test_wire_arrivals_after_a_skip_cross_segments() -> None:
+    from kflashpy.sim.wire import Wire
+
+    w = Wire()
+    w.send(b"abc", 0.0, 115200)
+    w.send(b"defg", 1.0, 115200)
+    assert w.arrivals(3, skip=2) == [w.arrival_of(k) for k in (3, 4, 5)]
+    assert w.arrivals(2, skip=5) == [w.arrival_of(6), w.arrival_of(7)]
+    assert w.arrivals(5, skip=6) == [w.arrival_of(7)]
+
+
+def test_fifo_interrupt_comes_after_the_bytes_the_block_takes() -> None:
+    board = _link_board()
+    try:
+        uart = board.core.uarts["uart3"]
+        uart.write(0x08, 4, 0x81)  # trigger level 8
+        uart.write(0x04, 4, 0x01)  # ERBFI
+        _arm(board, 4)
+        _send(board, bytes(20))
+        assert uart.room() == 16 + 4
+        assert uart.irq_at(board.to_board) == board.to_board.arrival_of(4 + 8)
+    finally:
+        board.close()
+
+
+def _b_type(f3: int, rs1: int, rs2: int, offset: int) -> int:
+    o = offset & 0x1FFF
+    return (
+        (o >> 12 & 1) << 31
+        | (o >> 5 & 0x3F) << 25
+        | rs2 << 20
+        | rs1 << 15
+        | f3 << 12
+        | (o >> 1 & 0xF) << 8
+        | (o >> 11 & 1) << 7
+        | 0x63
+    )
+
+
+def test_a_block_armed_mid_slice_is_seen_in_memory_at_its_completion(monkeypatch) -> None:
+    """The guest enables the channel, then polls the block's last word in SRAM (no MMIO)
+    and writes UARTHS when it lands: the slice the enable happened in ends there, so the
+    next one ends at the completion and the word is there at once (not a slice late)."""
+    t0, t1, t2, t3, t4, t5 = 5, 6, 7, 28, 29, 30
+    code = (
+        0x5000_0000 >> 12 << 12 | t0 << 7 | 0x37,  # lui t0, DMAC
+        0x101 << 20 | t1 << 7 | 0x13,  # addi t1, x0, 0x101
+        (0x18 >> 5) << 25 | t1 << 20 | t0 << 15 | 2 << 12 | (0x18 & 31) << 7 | 0x23,  # CHEN
+        (BUF - SRAM_BASE + SRAM_ALIAS) >> 12 << 12 | t2 << 7 | 0x37,  # lui t2, buffer
+        0xFFF << 20 | t4 << 7 | 0x13,  # addi t4, x0, -1
+        12 << 20 | t2 << 15 | 2 << 12 | t3 << 7 | 0x03,  # loop: lw t3, 12(t2)
+        _b_type(0, t3, t4, -4),  # beq t3, t4, loop
+        0x3800_0000 >> 12 << 12 | t5 << 7 | 0x37,  # lui t5, UARTHS
+        t5 << 15 | 2 << 12 | 0x23,  # sw x0, 0(t5)
+        0x0000_006F,  # j .
+    )
+    board = _link_board(code)
+    try:
+        core = board.core
+        uart = core.uarts["uart3"]
+        for off, value in ((0x0C, 0x80), (0x00, 1), (0x0C, 3), (0xC0, 0)):  # divisor 16
+            uart.write(off, 4, value)
+        dmac = core.dmac
+        for off, value in (
+            (CH_BASE + CTL, RX_CTL),
+            (CH_BASE + CH_CFG, RX_CFG),
+            (CH_BASE + SAR, UART3),
+            (CH_BASE + DAR, BUF),
+            (CH_BASE + BLOCK_TS, 3),
+            (CFG, 3),
+        ):
+            dmac.write(off, 4, value & 0xFFFF_FFFF)
+            dmac.write(off + 4, 4, value >> 32)
+        board.sram.write(BUF, b"\xff" * 16)
+        sent: list[float] = []
+        transmit = board.board_transmit
+        monkeypatch.setattr(
+            board, "board_transmit", lambda d, t, b: (sent.append(t), transmit(d, t, b))
+        )
+        _send(board, bytes(10))
+        done = board.to_board.arrival_of(4)
+        board.run_for(50e-6)
+        assert dmac.channels[0].done_at == done
+        assert len(sent) == 1 and done <= sent[0] < done + 0.1e-6
+    finally:
+        board.close()
+
+
+def test_time_a_device_stalls_the_core_moves_the_armed_transfers() -> None:
+    """An SPI transfer charges its time inside the slice: the bytes that arrive meanwhile
+    are in the block's memory when the core goes on (its next poll sees them)."""
+    board = _link_board()
+    try:
+        ch = _arm(board, 8)
+        _send(board, b"abcdef")
+        board.core._add_stall(3.5 * BYTE_S)
+        assert _words(board, 4) == [*b"abc", 0] and ch.remaining == 5
+    finally:
+        board.close()
+
+
+# --------------------------------------------------------------------------- the flasher
+SIM = "sim://?board=maix-bit"
+
+
+def _count_rbr_reads(monkeypatch) -> list[int]:
+    reads = [0]
+    read = DwUart.read
+
+    def counted(self: DwUart, offset: int, size: int) -> int:
+        if offset == 0 and self.name == "uart3":
+            reads[0] += 1
+        return read(self, offset, size)
+
+    monkeypatch.setattr(DwUart, "read", counted)
+    return reads
+
+
+def test_flasher_receives_write_frames_by_dma(monkeypatch) -> None:
+    """A 64 KiB write at 3 Mbaud: the frame's bytes come by DMA (channel 0 from UART3's
+    RBR, blocks of at most 256 words), not one RBR read each; nothing is lost."""
+    data = random.Random(3).randbytes(0x10000)
+    with connect(SIM, board="maix-bit", baud=3_000_000, stub="kflashpy") as dev:
+        board = dev.port.sim_board
+        uart = board.core.uarts["uart3"]
+        reads = _count_rbr_reads(monkeypatch)
+        blocks: list[int] = []
+        start = Channel.start
+        monkeypatch.setattr(Channel, "start", lambda ch, now: (blocks.append(ch.n), start(ch, now)))
+        sent = board.to_board.bytes_sent
+        dev.stage2.write(0x200000, data)
+        wire = board.to_board.bytes_sent - sent
+        assert board.flash.read(0x200000, len(data)) == data
+        assert uart.overruns == 0
+        assert set(blocks) == {0} and 0.95 * wire / 256 <= len(blocks) <= 1.05 * wire / 256
+        assert reads[0] < wire / 50  # headers and escapes
+
+
+def test_flasher_ends_a_block_the_line_stopped_short_of(monkeypatch) -> None:
+    """A write frame with one byte lost on the way and nothing after it: the last DMA
+    block planned for it never completes (the frame's closing C0 lands in it, but no
+    interrupt wakes the sleeping flasher); the timer wake 2 ms past its due time stops
+    the channel and decodes what came, and the frame is answered as damaged (BAD_CRC)."""
+    # no byte to escape: the frame is exactly as long on the wire as its plan
+    data = bytes(b for b in random.Random(4).randbytes(4100) if b not in (0xC0, 0xDB))[:4000]
+    with connect(SIM, board="maix-bit", baud=3_000_000, stub="kflashpy") as dev:
+        port, board = dev.port, dev.port.sim_board
+        frame = encode(build_request(0xB5, 0x200000, data))
+        cut = next(
+            i
+            for i in range(2000, len(frame))
+            if frame[i - 1] not in (0xDB, 0xC0) and frame[i] not in (0xDB, 0xC0)
+        )
+        sent: list[float] = []
+        transmit = board.board_transmit
+        monkeypatch.setattr(
+            board, "board_transmit", lambda d, t, b: (sent.append(t), transmit(d, t, b))
+        )
+        t0 = board.now
+        port.write(frame[:cut] + frame[cut + 1 :])
+        got = reply(port, 0.1)
+        assert got is not None and got[:2] == b"\xb5\xe2"
+        took = sent[0] - t0
+        assert len(frame) * 10 / 3e6 + 2e-3 < took < len(frame) * 10 / 3e6 + 4e-3
+        assert board.core.dmac.armed == [] and board.core.uarts["uart3"].rx == b""
+        assert board.flash.read(0x200000, 16) == b"\xff" * 16
+        monkeypatch.undo()
+        dev.stage2.write(0x200000, data)  # the link is as good as before
+        assert board.flash.read(0x200000, len(data)) == data

@@ -264,7 +264,13 @@ class Core:
         self.fpioa = Fpioa(self._route)
         self.clint = Clint(self._mtime)
         self.plic = Plic()
-        self.dmac = Dmac(board.sram, self.sysctl.word, self._time, self._device_halt)
+        self.dmac = Dmac(
+            board.sram,
+            self.sysctl.word,
+            self._time,
+            self._device_halt,
+            lambda: self._skip_until(self._time()) if self._in_slice else None,
+        )
         self.sysctl.peri_reset_hooks[1] = self.dmac.reset
         for channel in self.dmac.channels:
             self.plic.sources[channel.irq] = channel.level
@@ -559,6 +565,8 @@ class Core:
 
     def _add_stall(self, seconds: float) -> None:
         self._stall += seconds
+        if self.dmac.armed:  # time went on inside the slice: so did the DMA transfers
+            self.dmac.sync(self._time())
 
     def _skip_until(self, t: float) -> None:
         self._skip = t

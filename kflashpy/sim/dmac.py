@@ -267,6 +267,8 @@ class Channel:
             self.endpoint = None
             self.dmac.armed.remove(self)
             return halt(f"{name} (request {request}): {refused}")
+        if self.enabled:
+            self.dmac.end_slice()
         return None
 
     def _memory(self, address: int, fixed: bool, reg_name: str) -> int | None:
@@ -323,11 +325,14 @@ class Dmac:
         sysctl_word: Callable[[int], int],
         now: Callable[[], float],
         halt: Callable[[str], None],
+        end_slice: Callable[[], None] = lambda: None,
     ) -> None:
         self.sram = sram
         self._sysctl_word = sysctl_word
         self.now = now
         self.refuse = halt  # stop the board with this message (nothing is modelled wrong)
+        # a block armed during a slice ends it: the next one then ends at its completion
+        self.end_slice = end_slice
         self.endpoints: dict[int, Endpoint] = {}
         self.armed: list[Channel] = []  # channels moving data with an endpoint
         self.channels = [Channel(self, n) for n in range(CHANNELS)]

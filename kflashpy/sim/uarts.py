@@ -215,7 +215,7 @@ class DwUart(_Uart):
         # (the bytes an armed DMA channel takes first never reach the FIFO)
         count, last, timeout = len(self.rx), self.rx_activity, self._timeout_s()
         skip = self.dma.remaining if self.dma else 0
-        for arrival in wire.arrivals(skip + self.trigger - count)[skip:]:
+        for arrival in wire.arrivals(self.trigger - count, skip):
             if count and arrival > last + timeout:
                 return last + timeout
             count, last = count + 1, arrival

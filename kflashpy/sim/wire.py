@@ -96,12 +96,14 @@ class Wire:
             count -= left
         return None
 
-    def arrivals(self, count: int) -> list[float]:
-        """Arrival times of the next ``count`` undelivered bytes (fewer if fewer are
-        queued), in one pass over the segments."""
+    def arrivals(self, count: int, skip: int = 0) -> list[float]:
+        """Arrival times of the ``count`` undelivered bytes after the next ``skip`` (fewer
+        if fewer are queued), in one pass over the segments."""
         out: list[float] = []
         for seg in self._segments:
-            out += map(seg.arrival, range(seg.pos, min(len(seg.data), seg.pos + count - len(out))))
+            start = seg.pos + skip
+            skip = max(0, start - len(seg.data))
+            out += map(seg.arrival, range(start, min(len(seg.data), start + count - len(out))))
             if len(out) >= count:
                 break
         return out
