@@ -257,6 +257,9 @@ class Core:
         # the store watcher's callback, made once: hooks come and go many times a second
         self._store_ptr = _STORE(self._store_watcher())
         self._keep.append(self._store_ptr)
+        self._stop_hook: int | None = None  # see _end_slice
+        self._stop_ptr = _CODE(self._slice_stopper())
+        self._keep.append(self._stop_ptr)
         for base in (SRAM_BASE, SRAM_ALIAS):
             uc.mem_map_ptr(base, SRAM_SIZE, UC_PROT_ALL, board.sram.host_address)
 
@@ -269,7 +272,7 @@ class Core:
             self.sysctl.word,
             self._time,
             self._device_halt,
-            lambda: self._skip_until(self._time()) if self._in_slice else None,
+            self._end_slice,
         )
         self.sysctl.peri_reset_hooks[1] = self.dmac.reset
         for channel in self.dmac.channels:
@@ -578,6 +581,29 @@ class Core:
         self._halt_reason = reason
         _uc_emu_stop(self._uch)
 
+    def _end_slice(self) -> None:
+        """End the running slice after the instruction being executed (a device armed
+        something the next slice must end at). Stopping the engine inside an MMIO
+        callback would make unicorn run the access again when the hart resumes, so a
+        one-shot code hook stops it before the next instruction instead."""
+        if self._in_slice and self._stop_hook is None:
+            self._stop_hook = self._add_hook(self._stop_ptr, 1, 0)
+
+    def _slice_stopper(self) -> Any:
+        core, uch = self, self._uch
+
+        def stop(_h: object) -> None:
+            try:
+                if core._stop_hook is not None:
+                    _uc_hook_del(uch, core._stop_hook)
+                    core._stop_hook = None
+                core._skip = core._time()
+                _uc_emu_stop(uch)
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        return stop
+
     def _request_soft_reset(self) -> None:
         self._reset_requested = True
         _uc_emu_stop(self._uch)
@@ -771,8 +797,8 @@ class Core:
                 t = due
         if self.dmac.armed:  # a DMA block completes (its done interrupt may rise)
             due = self.dmac.due()
-            if self.board.now < due < t:
-                t = due
+            if due < t:  # due already (not yet delivered): nothing to skip past
+                t = max(due, self.board.now)
         return t
 
     def run(self, t_end: float) -> None:
