@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 
 import pytest
 from support.simwire import reply
@@ -36,6 +37,7 @@ from kflashpy.sim.dmac import (
 )
 from kflashpy.sim.memory import SRAM_ALIAS, SRAM_BASE, Sram
 from kflashpy.sim.uarts import DwUart
+from kflashpy.sim.wire import Wire
 from kflashpy.target import k210
 
 W32 = 2 << 8 | 2 << 11  # SRC_TR_WIDTH = DST_TR_WIDTH = 32 bits
@@ -170,6 +172,60 @@ def test_peripheral_to_memory_through_an_endpoint_at_arrival_times() -> None:
     assert ch.done_at == 4.0 and ch.remaining == 0 and src.disarmed == 1
     assert rig.sram.read(SRAM_BASE + 0x48, 8) == bytes.fromhex("42000000 43000000")
     assert src.queue == [(5.0, 0x44), (6.0, 0x45)]  # the block took exactly its items
+
+
+class FakeSink:
+    """A memory -> peripheral endpoint that takes ``per_sync`` items at each sync."""
+
+    def __init__(self, per_sync: int) -> None:
+        self.per_sync = per_sync
+        self.channel: Channel | None = None
+        self.got: list[int] = []
+
+    def dma_arm(self, channel: Channel) -> str | None:
+        self.channel = channel
+        return None if not channel.to_memory else "a sink"
+
+    def dma_sync(self, now: float) -> None:
+        if self.channel is not None:
+            self.got += self.channel.take(self.per_sync, now)
+
+    def dma_due(self) -> float:
+        return math.inf
+
+    def dma_disarm(self, channel: Channel) -> None:
+        self.channel = None
+
+
+@pytest.mark.parametrize(("width_code", "fmt"), [(0, "<B"), (1, "<H"), (2, "<I"), (3, "<Q")])
+def test_memory_to_peripheral_items_of_each_width(width_code: int, fmt: str) -> None:
+    rig = Rig()
+    rig.sel[0x64] = 7 << 6  # interface 1 <- SSI3_TX
+    sink = FakeSink(per_sync=3)
+    rig.dmac.endpoints[7] = sink
+    size = struct.calcsize(fmt)
+    values = [0x1122_3344_5566_7788 >> (64 - 8 * size) ^ i for i in range(7)]
+    rig.sram.write(SRAM_BASE + 0x300, b"".join(struct.pack(fmt, v) for v in values))
+    ctl = width_code << 8 | width_code << 11 | 1 << 6  # DAR fixed
+    rig.single(1, SRAM_BASE + 0x300, 0x5400_0060, 7, ctl, 1 << 32 | 1 << 44)
+    assert rig.halts == []
+    rig.t = 1.0
+    assert sink.got == values[:3]  # CHEN's upper half was written after the enable
+    rig.dmac.read(INTSTATUS, 4)  # each register access syncs: 3 more, then the last one
+    assert sink.got == values[:6]
+    assert rig.r(INTSTATUS) == 1 << 1 and sink.got == values
+    assert rig.dmac.channels[1].done_at == 1.0 and sink.channel is None
+
+
+def test_memory_to_peripheral_from_a_fixed_source() -> None:
+    rig = Rig()
+    rig.sel[0x64] = 7
+    sink = FakeSink(per_sync=10)
+    rig.dmac.endpoints[7] = sink
+    rig.sram.write(SRAM_BASE + 0x40, bytes.fromhex("efbeadde"))
+    rig.single(0, SRAM_BASE + 0x40, 0x5400_0060, 4, W32 | 1 << 4 | 1 << 6, 1 << 32)
+    rig.r(CHEN)
+    assert sink.got == [0xDEADBEEF] * 4
 
 
 @pytest.mark.parametrize(
@@ -404,8 +460,6 @@ def test_guest_enabling_an_unmodelled_channel_halts_the_board() -> None:
 
 
 def test_wire_arrivals_after_a_skip_cross_segments() -> None:
-    from kflashpy.sim.wire import Wire
-
     w = Wire()
     w.send(b"abc", 0.0, 115200)
     w.send(b"defg", 1.0, 115200)

@@ -144,14 +144,18 @@ class Channel:
     # ------------------------------------------------------------- endpoint side
     def put(self, values: Sequence[int] | bytes, at: float) -> int:
         """Peripheral -> memory: store up to :attr:`remaining` of ``values`` (the last
-        one received at ``at``); return how many were taken."""
+        one received at ``at``); return how many were taken. Bytes are items whose upper
+        bits are 0 (a UART's received bytes)."""
         count = min(len(values), self.remaining)
         if count:
-            if isinstance(values, (bytes, bytearray)):
-                items = np.frombuffer(values, dtype=np.uint8, count=count).astype(np.uint64)
+            width = self.width
+            if isinstance(values, (bytes, bytearray)):  # the hot path: a few bytes
+                raw = bytearray(count * width)
+                raw[::width] = values[:count]
             else:
-                items = np.asarray(values[:count], dtype=np.uint64)
-            self._store(items)
+                items = np.asarray(values[:count], dtype=np.uint64).astype("<u8")
+                raw = bytearray(items.view(np.uint8).reshape(-1, 8)[:, :width].tobytes())
+            self._store(raw)
             self.moved += count
             if self.moved == self.items:
                 self._complete(at)
@@ -163,36 +167,29 @@ class Channel:
         count = min(count, self.remaining)
         if not count:
             return []
-        values = self._load(self.moved, count)
+        raw = self._load(self.moved, count)
         self.moved += count
         if self.moved == self.items:
             self._complete(at)
-        return values.tolist()
+        return np.frombuffer(raw, dtype=f"<u{self.width}").tolist()
 
     # ------------------------------------------------------------- memory side
-    def _span(self, first: int, count: int, fixed: bool) -> tuple[int, int]:
-        return (self._mem, 1) if fixed else (self._mem + first * self.width, count)
-
-    def _store(self, items: np.ndarray) -> None:
+    def _store(self, raw: bytes | bytearray) -> None:
+        """Write items (``width`` little-endian bytes each) at the next memory position."""
         sram, width = self.dmac.sram.data, self.width
         if self._mem_fixed:  # every item to the same cell: the last one stays
-            items = items[-1:]
-            off = self._mem
+            sram[self._mem : self._mem + width] = raw[-width:]
         else:
             off = self._mem + self.moved * width
-        raw = items.astype("<u8").view(np.uint8).reshape(-1, 8)[:, :width]
-        sram[off : off + raw.size] = raw.tobytes()
+            sram[off : off + len(raw)] = raw
 
-    def _load(self, first: int, count: int) -> np.ndarray:
+    def _load(self, first: int, count: int) -> bytes:
+        """Items ``first .. first + count`` of the memory side, as raw bytes."""
         sram, width = self.dmac.sram.data, self.width
         if self._mem_fixed:
-            cell = int.from_bytes(sram[self._mem : self._mem + width], "little")
-            return np.full(count, cell, dtype=np.uint64)
+            return bytes(sram[self._mem : self._mem + width]) * count
         off = self._mem + first * width
-        raw = np.frombuffer(sram, dtype=np.uint8, count=count * width, offset=off)
-        wide = np.zeros((count, 8), dtype=np.uint8)
-        wide[:, :width] = raw.reshape(count, width)
-        return wide.view("<u8").reshape(count)
+        return bytes(sram[off : off + count * width])
 
     # ------------------------------------------------------------- life cycle
     def start(self, now: float) -> None:
@@ -224,10 +221,10 @@ class Channel:
             if src is None or dst is None:
                 return None
             self._mem, self._mem_fixed = src, sinc_fixed
-            values = self._load(0, self.items)
+            raw = self._load(0, self.items)
             self._mem, self._mem_fixed = dst, dinc_fixed
             self.enabled = True
-            self._store(values)
+            self._store(raw)
             self.moved = self.items
             self._complete(now)
             return None
