@@ -160,14 +160,16 @@ static void bg_service(void);
  * complete when its last word has landed, and the next one is armed in the other half
  * before the completed one is decoded. The block's done interrupt wakes wfi. Headers,
  * short frames and what a frame needs beyond its plan (its escapes) come through the
- * FIFO (RFL, RBR). rxd is read through the uncached SRAM view: the DMAC writes behind
- * the cache. docs/flasher-protocol.md, "1. Design". */
+ * FIFO (RFL, RBR). rxd is only ever reached through the uncached SRAM view (the DMAC
+ * writes behind the cache) and lies past what start.S zeroes (link.ld, .dma), so no
+ * cache line of it can be written back over what the DMAC brought.
+ * docs/flasher-protocol.md, "1. Design". */
 #define RXD_CH 0u
 #define RXD_HALF 256u /* a completed block decodes in ~25 us: within the FIFO's margin */
 #define RXD_MIN 64u   /* fewer wire bytes still needed: the FIFO takes them */
 #define RXD_EMPTY 0xFFFFFFFFu
 #define RXD_GRACE_US 2000u /* a block this late past its last byte was cut short */
-static u32 rxd_mem[2 * RXD_HALF];
+static u32 rxd_mem[2 * RXD_HALF] __attribute__((section(".dma")));
 #define rxd ((volatile u32 *)((u64)rxd_mem - 0x40000000u))
 static u32 rxd_n[2], rxd_i[2]; /* per half: its block's words, words decoded */
 static u32 rxd_h;              /* the half of the newest block */
