@@ -43,6 +43,16 @@ from kflashpy.target import k210
 W32 = 2 << 8 | 2 << 11  # SRC_TR_WIDTH = DST_TR_WIDTH = 32 bits
 
 
+def test_request_numbers_and_irqs_are_the_sdks() -> None:
+    """sysctl_dma_select_t (Kendryte SDK sysctl.h) and the PLIC's IRQN_DMA0..5."""
+    req = k210.DMA_REQUEST
+    assert (req["ssi0_rx"], req["ssi3_rx"], req["ssi3_tx"]) == (0, 6, 7)
+    assert (req["uart1_rx"], req["uart3_rx"], req["uart3_tx"]) == (14, 18, 19)
+    assert (req["aes_req"], req["sha_rx"], req["i2s2_rx"], req["i2s0_bf_voice"]) == (20, 21, 30, 32)
+    assert len(set(req.values())) == len(req) == 33
+    assert k210.DMA_IRQ == (27, 28, 29, 30, 31, 32)
+
+
 class Rig:
     """A DMAC on its own: SRAM, a SYSCTL dma_sel word pair, a clock, recorded halts."""
 

@@ -129,6 +129,8 @@ DMA_REQUEST = {
             "i2s1_rx",
             "i2s2_tx",
             "i2s2_rx",
+            "i2s0_bf_dir",
+            "i2s0_bf_voice",
         )
     )
 }
