@@ -285,6 +285,7 @@ class Core:
         self.aes = AesEngine()
         self.dmac = Dmac(board.sram, self.sysctl.word, self._time, self._device_halt)
         self.sysctl.peri_reset_hooks[1] = self.dmac.reset
+        self.dmac.endpoints.update(self.spi3.dma_ports())
         for channel in self.dmac.channels:
             self.plic.sources[channel.irq] = channel.level
         models: dict[str, Any] = {
