@@ -61,6 +61,26 @@ typedef unsigned long u64;
 #define PLIC_THRESHOLD REG32(0x0C200000u)
 #define PLIC_CLAIM REG32(0x0C200004u) /* read: claim, write: complete */
 
+/* DMAC (DW_axi_dmac, docs/simulator.md "The DMAC"): 64-bit registers, written here as
+ * 32-bit halves; channel n's registers at 0x100 + 0x100 n */
+#define DMAC 0x50000000u
+#define DMAC_CFG REG32(DMAC + 0x10) /* bit 0 DMAC_EN, bit 1 INT_EN */
+#define DMAC_CHEN REG32(DMAC + 0x18) /* CH_EN[n] at bit n, its write enable at bit n + 8 */
+#define DMAC_CH(n, off) REG32(DMAC + 0x100u + 0x100u * (n) + (off))
+#define CH_SAR 0x00
+#define CH_DAR 0x08
+#define CH_BLOCK_TS 0x10 /* items - 1 */
+#define CH_CTL 0x18
+#define CH_CFG 0x20
+#define CH_INTSTATUS_EN 0x80
+#define CH_INTSIGNAL_EN 0x90
+#define CH_INTCLEAR 0x98
+#define DMA_TFR_DONE 2u
+#define DMA_IRQ(n) (27u + (n)) /* PLIC source of channel n */
+#define SYSCTL_DMA_SEL0 REG32(SYSCTL + 0x64) /* request of handshake interface n: bits 6n.. */
+#define PERI_DMA (1u << 1)
+#define DMA_REQ_UART3_RX 18u
+
 /* CLINT: mtime counts at CPU clock / 50 */
 #define MTIME (*(volatile u64 *)0x0200BFF8u)
 #define MTIMECMP (*(volatile u64 *)0x02004000u) /* hart 0 */
@@ -79,7 +99,12 @@ typedef unsigned long u64;
 #define SPI_RXFLR REG32(SPI3 + 0x24)
 #define SPI_SR REG32(SPI3 + 0x28)
 #define SPI_IMR REG32(SPI3 + 0x2C)
-#define SPI_DMACR REG32(SPI3 + 0x4C)
+#define SPI_DMACR REG32(SPI3 + 0x4C) /* bit 0 RDMAE, bit 1 TDMAE */
+#define SPI_DMATDLR REG32(SPI3 + 0x50) /* TX DMA request while TXFLR <= this */
+/* SPI3's DMA requests (SYSCTL dma_sel) and the channel status the flasher waits on */
+#define DMA_REQ_SSI3_RX 6u
+#define DMA_REQ_SSI3_TX 7u
+#define CH_INTSTATUS 0x88
 #define SPI_DR REG32(SPI3 + 0x60)
 #define SPI_SPI_CTRLR0 REG32(SPI3 + 0xF4)
 #define SPI_ENDIAN REG32(SPI3 + 0x118)
