@@ -259,6 +259,20 @@ static u32 crc32_polled(const u8 *p, u32 n)
 
 /* -------------------------------------------------------------- SPI flash -- */
 
+/* Bulk transfers go by DMA: DMAC channel SPI_TX_CH moves the frames of a page program
+ * from memory to DR, SPI_RX_CH those of a read from DR to memory, one 32-bit frame per
+ * memory word, while the core serves the link or sleeps (the block's done interrupt wakes
+ * it). Channel 0 is the link's. A frame goes out most significant byte first, so a
+ * word holds its 4 flash bytes swapped. docs/flasher-protocol.md, "SPI flash". */
+#define SPI_TX_CH 1u
+#define SPI_RX_CH 2u
+
+static void spi_stop(void)
+{
+    SPI_SER = 0;
+    SPI_SSIENR = 0;
+}
+
 static void spi_start(u32 tmod, u32 frame_bits, u32 rx_frames)
 {
     SPI_SSIENR = 0;
@@ -266,12 +280,6 @@ static void spi_start(u32 tmod, u32 frame_bits, u32 rx_frames)
     SPI_SPI_CTRLR0 = 0;
     SPI_CTRLR1 = rx_frames ? rx_frames - 1 : 0;
     SPI_SSIENR = 1;
-}
-
-static void spi_stop(void)
-{
-    SPI_SER = 0;
-    SPI_SSIENR = 0;
 }
 
 static u32 be32(const u8 *p)
@@ -317,13 +325,6 @@ static void spi_recv(const u8 *cmd, u32 nc, u8 *out, u32 n)
     spi_stop();
 }
 
-/* Bulk transfers go by DMA: DMAC channel SPI_TX_CH moves the frames of a page program
- * from memory to DR, SPI_RX_CH those of a read from DR to memory, one 32-bit frame per
- * memory word, while the core serves the link or sleeps (the block's done interrupt wakes
- * it). Channel 0 is the link's. A frame goes out most significant byte first, so a
- * word holds its 4 flash bytes swapped. docs/flasher-protocol.md, "SPI flash". */
-#define SPI_TX_CH 1u
-#define SPI_RX_CH 2u
 static u32 spi_words[PAGE / 4]; /* the frames of a page program */
 
 static void spi_dma_init(void)
@@ -351,8 +352,10 @@ static void spi_dma_init(void)
 }
 
 /* Move `words` frames of the open transaction between DR and mem (rx: into mem) by
- * DMA, serving the link meanwhile, and end the transaction. */
-static void spi_dma(u32 rx, u32 *mem, u32 words)
+ * DMA and end the transaction. A long transfer (`sleep`) serves the link and sleeps
+ * until the block's done interrupt; a short one (a quad page: 11 us, well inside the
+ * UART FIFO's 53 us at 3 Mbaud) is waited for on SR. */
+static void spi_dma(u32 rx, u32 *mem, u32 words, int sleep)
 {
     u32 ch = rx ? SPI_RX_CH : SPI_TX_CH;
     DMAC_CH(ch, rx ? CH_DAR : CH_SAR) = (u32)(u64)mem;
@@ -360,13 +363,15 @@ static void spi_dma(u32 rx, u32 *mem, u32 words)
     SPI_DMACR = rx ? 1 : 2;
     DMAC_CHEN = 0x101u << ch;
     SPI_SER = 1;
-    while (!(DMAC_CH(ch, CH_INTSTATUS) & DMA_TFR_DONE)) {
+    while (sleep && !(DMAC_CH(ch, CH_INTSTATUS) & DMA_TFR_DONE)) {
         uart_poll();
         sleep_until(NEVER);
     }
-    DMAC_CH(ch, CH_INTCLEAR) = ~0u; /* its interrupt would end every later wfi at once */
     while ((SPI_SR & 5) != 4) /* the last frames leave the FIFO */
         ;
+    while (!(DMAC_CH(ch, CH_INTSTATUS) & DMA_TFR_DONE)) /* the last item is in memory */
+        ;
+    DMAC_CH(ch, CH_INTCLEAR) = ~0u; /* else every later wfi would end at once */
     spi_stop();
 }
 
@@ -383,12 +388,13 @@ static void swap_words(u8 *p, u32 n)
 }
 
 /* Bulk transfers in 32-bit frames (4 bytes per FIFO entry): the instruction and
- * 24-bit address form the first frame. */
-static void spi_read32(u32 insn_addr, u8 *out, u32 n)
+ * 24-bit address form the first frame. (The reads are called from several places: kept
+ * out of line, the flasher stays within 16 KiB.) */
+static __attribute__((noinline)) void spi_read32(u32 insn_addr, u8 *out, u32 n)
 {
     spi_start(3, 32, n / 4);
     SPI_DR = insn_addr;
-    spi_dma(1, (u32 *)out, n / 4);
+    spi_dma(1, (u32 *)out, n / 4, 1);
 }
 
 /* Quad transaction (DW SSI enhanced mode) of 32-bit frames: the instruction and the
@@ -406,32 +412,33 @@ static void spi_start_quad(u32 tmod, u32 wait, u32 rx_words, u8 inst, u32 addr)
 }
 
 /* quad output fast read (0x6B): 8 dummy clocks */
-static void spi_read_quad(u32 addr, u8 *out, u32 n)
+static __attribute__((noinline)) void spi_read_quad(u32 addr, u8 *out, u32 n)
 {
     spi_start_quad(2 /* RX only */, 8, n / 4, 0x6B, addr);
-    spi_dma(1, (u32 *)out, n / 4);
+    spi_dma(1, (u32 *)out, n / 4, n > PAGE);
 }
 
-/* the data frames of a page program, behind the instruction and address queued */
-static void spi_page_out(const u8 *data)
+/* the data frames of a page program, behind the instruction and address queued; on
+ * one line (43 us) the link is served meanwhile */
+static void spi_page_out(const u8 *data, int sleep)
 {
     for (u32 i = 0; i < PAGE / 4; i++)
         spi_words[i] = be32(data + 4 * i);
-    spi_dma(0, spi_words, PAGE / 4);
+    spi_dma(0, spi_words, PAGE / 4, sleep);
 }
 
 static void spi_write32(u32 insn_addr, const u8 *data)
 {
     spi_start(1, 32, 0);
     SPI_DR = insn_addr;
-    spi_page_out(data);
+    spi_page_out(data, 1);
 }
 
 /* quad page program (0x32) */
 static void spi_write_quad(u32 addr, const u8 *data)
 {
     spi_start_quad(1 /* TX only */, 0, 0, 0x32, addr);
-    spi_page_out(data);
+    spi_page_out(data, 0);
 }
 
 static void cmd_addr(u8 *c, u8 op, u32 addr)

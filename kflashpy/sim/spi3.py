@@ -25,8 +25,8 @@ not stalled; a :class:`_Wire` says when each FIFO entry leaves (TX) or arrives (
 SCLK pace, and the DMA moves items at those times: a transmit burst of DST_MSIZE items
 enters the FIFO as soon as TXFLR <= DMATDLR, a receive burst of SRC_MSIZE items
 (= DMARDLR + 1) leaves it as soon as it is there. SR shows BUSY until the last frame is
-on the wire; tight BUSY polls after the channel is done skip to that end, as the busy
-polls above do.
+on the wire; tight BUSY polls stall the core to that end (the DMA needs no CPU), as PIO
+transfers are charged.
 """
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ def _wire_bytes(frames: Sequence[int], fb: int) -> bytes:
 
 def _wire_frames(data: bytes, fb: int) -> np.ndarray:
     """The inverse of :func:`_wire_bytes`: received bytes as frames of ``fb`` bytes."""
+    if fb in (1, 2, 4):
+        return np.frombuffer(data, dtype=f">u{fb}")
     raw = np.zeros((len(data) // fb, 8), dtype=np.uint8)
     raw[:, 8 - fb :] = np.frombuffer(data, dtype=np.uint8).reshape(-1, fb)
     return raw.view(">u8").reshape(-1).astype(np.uint64)
@@ -359,9 +361,6 @@ class Spi3:
         if self._tmod_v in (TMOD_RX, TMOD_EEPROM):
             self.rx_left = self._reg(CTRLR1) + 1
 
-    def _to_bytes(self, frame: int) -> bytes:
-        return (frame & self._fmask).to_bytes(self._fb, "big")
-
     def _send(self, frames: Sequence[int]) -> None:
         """Clock ``frames`` out in a standard transfer, each at its own time (after the
         transfer time of the ones before it). The hot path of page programs: one frame
@@ -419,7 +418,7 @@ class Spi3:
         inst = entries.pop(0) & 0xFF if inst_bits and entries else None
         addr = entries.pop(0) if addr_bits and entries else 0
         fb = self._fb
-        tx = b"".join(self._to_bytes(f) for f in entries)
+        tx = _wire_bytes(entries, fb) if entries else b""
         self.rx_left = 0
         # SCLK cycles: the instruction on one line unless TRANS_TYPE 2, the address on
         # one line for TRANS_TYPE 0, the wait cycles, and the data on every line
@@ -611,28 +610,27 @@ class Spi3:
 
     def _dma_status(self, offset: int, d: _Dma) -> int:
         """TXFLR, RXFLR or SR while a DMA transaction runs, from its wire times. Tight
-        BUSY polls once the DMA has done its part skip to the transaction's end."""
+        BUSY polls stall the core to the transaction's end (the DMA goes on without the
+        CPU), as a PIO transfer's time is charged: the slice goes on."""
         now = self._now()
         assert d.wire is not None
         if d.rx:
             level = d.arrived(now) % d.burst
-            fed = True
         else:
-            n = d.entered(now)
-            level = max(0, d.queued + n - d.wire.count(now, d.wire.begins))
-            fed = n == d.items
+            begun = d.wire.count(now, d.wire.begins)
+            level = max(0, d.queued + d.entered(now) - begun)
         if offset == TXFLR:
             return 0 if d.rx else level
         if offset == RXFLR:
             return level if d.rx else 0
         busy = now < d.end
-        if busy and fed:
+        if busy:
             tight = now - self._wire_poll_t <= TIGHT_POLL_GAP
             self._wire_polls = self._wire_polls + 1 if tight else 1
             self._wire_poll_t = now
             if self._wire_polls >= BUSY_POLLS_BEFORE_SKIP:
                 self._wire_polls = 0
-                self._skip_to(d.end)
+                self._stall(d.end - now)  # the rest of the spin, as PIO transfers charge it
         if d.rx:
             return int(busy) | 0x06 | (0x08 if level else 0)
         return int(busy) | (0x02 if level < FIFO_DEPTH else 0) | (0x04 if not level else 0)
