@@ -325,7 +325,11 @@ static void spi_recv(const u8 *cmd, u32 nc, u8 *out, u32 n)
     spi_stop();
 }
 
-static u32 spi_words[PAGE / 4]; /* the frames of a page program */
+/* The frames of a DMA transfer (a page program, or a read of up to a sector): where
+ * start.S never writes (link.ld .dma) and reached only through the uncached SRAM view,
+ * as the DMAC moves data behind the core's cache. */
+static u32 spi_buf_mem[SECTOR / 4] __attribute__((section(".dma"), aligned(64)));
+#define spi_buf ((volatile u32 *)((u64)spi_buf_mem - 0x40000000u))
 
 static void spi_dma_init(void)
 {
@@ -351,14 +355,14 @@ static void spi_dma_init(void)
     SPI_DMATDLR = 4;
 }
 
-/* Move `words` frames of the open transaction between DR and mem (rx: into mem) by
+/* Move `words` frames of the open transaction between DR and spi_buf (rx: into it) by
  * DMA and end the transaction. A long transfer (`sleep`) serves the link and sleeps
  * until the block's done interrupt; a short one (a quad page: 11 us, well inside the
  * UART FIFO's 53 us at 3 Mbaud) is waited for on SR. */
-static void spi_dma(u32 rx, u32 *mem, u32 words, int sleep)
+static void spi_dma(u32 rx, u32 words, int sleep)
 {
     u32 ch = rx ? SPI_RX_CH : SPI_TX_CH;
-    DMAC_CH(ch, rx ? CH_DAR : CH_SAR) = (u32)(u64)mem;
+    DMAC_CH(ch, rx ? CH_DAR : CH_SAR) = (u32)(u64)spi_buf_mem;
     DMAC_CH(ch, CH_BLOCK_TS) = words - 1;
     SPI_DMACR = rx ? 1 : 2;
     DMAC_CHEN = 0x101u << ch;
@@ -373,28 +377,32 @@ static void spi_dma(u32 rx, u32 *mem, u32 words, int sleep)
         ;
     DMAC_CH(ch, CH_INTCLEAR) = ~0u; /* else every later wfi would end at once */
     spi_stop();
+    __asm__ volatile("" ::: "memory"); /* spi_buf is read after this, not before */
 }
 
-/* The `n` bytes a read put in p (n a multiple of 4, p aligned) in flash order: the
- * bytes of every 32-bit word reversed, a page (~2 us) between link polls. */
-static void swap_words(u8 *p, u32 n)
+/* The `n` bytes a read left in spi_buf (n a multiple of 4) to out in flash order: each
+ * frame's most significant byte first, a page (~2 us) between link polls. */
+static void spi_take(u8 *out, u32 n)
 {
-    u32 *w = (u32 *)p;
     for (u32 i = 0; i < n / 4; i++) {
-        w[i] = be32(p + 4 * i);
+        u32 v = spi_buf[i];
+        out[4 * i] = (u8)(v >> 24);
+        out[4 * i + 1] = (u8)(v >> 16);
+        out[4 * i + 2] = (u8)(v >> 8);
+        out[4 * i + 3] = (u8)v;
         if (i % 64 == 63)
             uart_poll();
     }
 }
 
-/* Bulk transfers in 32-bit frames (4 bytes per FIFO entry): the instruction and
- * 24-bit address form the first frame. (The reads are called from several places: kept
- * out of line, the flasher stays within 16 KiB.) */
-static __attribute__((noinline)) void spi_read32(u32 insn_addr, u8 *out, u32 n)
+/* Bulk transfers in 32-bit frames (4 bytes per FIFO entry), reads of n <= SECTOR bytes
+ * into spi_buf: the instruction and 24-bit address form the first frame. (The reads are
+ * called from several places: kept out of line, the flasher stays within 16 KiB.) */
+static __attribute__((noinline)) void spi_read32(u32 insn_addr, u32 n)
 {
     spi_start(3, 32, n / 4);
     SPI_DR = insn_addr;
-    spi_dma(1, (u32 *)out, n / 4, 1);
+    spi_dma(1, n / 4, 1);
 }
 
 /* Quad transaction (DW SSI enhanced mode) of 32-bit frames: the instruction and the
@@ -412,10 +420,10 @@ static void spi_start_quad(u32 tmod, u32 wait, u32 rx_words, u8 inst, u32 addr)
 }
 
 /* quad output fast read (0x6B): 8 dummy clocks */
-static __attribute__((noinline)) void spi_read_quad(u32 addr, u8 *out, u32 n)
+static __attribute__((noinline)) void spi_read_quad(u32 addr, u32 n)
 {
     spi_start_quad(2 /* RX only */, 8, n / 4, 0x6B, addr);
-    spi_dma(1, (u32 *)out, n / 4, n > PAGE);
+    spi_dma(1, n / 4, n > PAGE);
 }
 
 /* the data frames of a page program, behind the instruction and address queued; on
@@ -423,8 +431,8 @@ static __attribute__((noinline)) void spi_read_quad(u32 addr, u8 *out, u32 n)
 static void spi_page_out(const u8 *data, int sleep)
 {
     for (u32 i = 0; i < PAGE / 4; i++)
-        spi_words[i] = be32(data + 4 * i);
-    spi_dma(0, spi_words, PAGE / 4, sleep);
+        spi_buf[i] = be32(data + 4 * i);
+    spi_dma(0, PAGE / 4, sleep);
 }
 
 static void spi_write32(u32 insn_addr, const u8 *data)
@@ -597,8 +605,8 @@ static void quad_check(u32 addr, const u8 *want)
     u8 got[PAGE] __attribute__((aligned(8)));
     if (!varied(want, PAGE))
         return;
-    spi_read_quad(addr, got, PAGE);
-    swap_words(got, PAGE);
+    spi_read_quad(addr, PAGE);
+    spi_take(got, PAGE);
     quad = 1;
     for (u32 i = 0; i < PAGE; i++)
         if (got[i] != want[i])
@@ -607,8 +615,8 @@ static void quad_check(u32 addr, const u8 *want)
         erased_forget();
 }
 
-/* reads by DMA, in one transaction once quad reads are settled; a page at a time while
- * they are to be checked on the first varied page */
+/* reads by DMA, a sector per transaction once quad reads are settled; a page at a time
+ * while they are to be checked on the first varied page */
 static void flash_read(u32 addr, u8 *out, u32 n)
 {
     u8 c[4];
@@ -617,15 +625,14 @@ static void flash_read(u32 addr, u8 *out, u32 n)
         if (k % 4) {
             cmd_addr(c, 0x03, addr);
             spi_recv(c, 4, out, k);
-        } else if (quad > 0) {
-            k = n & ~3u; /* by DMA: the link is served meanwhile, one transaction */
-            spi_read_quad(addr, out, k);
-            swap_words(out, k);
         } else {
-            if (quad < 0)
-                k = n & ~3u;
-            spi_read32((0x03u << 24) | addr, out, k);
-            swap_words(out, k);
+            if (quad) /* by DMA: the link is served meanwhile */
+                k = n < SECTOR ? n & ~3u : SECTOR;
+            if (quad > 0)
+                spi_read_quad(addr, k);
+            else
+                spi_read32((0x03u << 24) | addr, k);
+            spi_take(out, k);
             if (!quad && k == PAGE)
                 quad_check(addr, out);
         }
@@ -1101,7 +1108,7 @@ static int blank_digest_ok;
 /* SHA-256 of [addr, addr+n); `also` (if set) is fed the same bytes */
 static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
 {
-    static u8 buf[SECTOR] __attribute__((aligned(8)));
+    u8 buf[PAGE];
     struct sha256 s;
     int blank = n == SECTOR && !also;
     sha256_init(&s);
@@ -1112,10 +1119,10 @@ static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
          * from standard reads, so a data sector's digest never rests on unchecked quad
          * reads. (Erased reads the same in any byte order: the words are not swapped.) */
         if (quad >= 0)
-            spi_read_quad(addr, buf, SECTOR);
+            spi_read_quad(addr, SECTOR);
         else
-            spi_read32((0x03u << 24) | addr, buf, SECTOR);
-        blank = is_blank(buf, SECTOR);
+            spi_read32((0x03u << 24) | addr, SECTOR);
+        blank = is_blank((const u8 *)spi_buf, SECTOR);
         if (addr % SECTOR == 0)
             erased_set(addr, blank);
         if (blank && blank_digest_ok) {
