@@ -9,21 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from kflashpy.sim.dmac import (
-    BLOCK_TS,
-    CFG,
-    CH_BASE,
-    CH_CFG,
-    CH_INTCLEAR,
-    CH_INTSIGNAL_EN,
-    CH_INTSTATUS,
-    CH_INTSTATUS_EN,
-    CHEN,
-    CTL,
-    DAR,
-    SAR,
-    Dmac,
-)
+from kflashpy.sim import dmac as D
 from kflashpy.sim.flash import NorFlash
 from kflashpy.sim.memory import SRAM_BASE, Sram
 from kflashpy.sim.spi3 import Spi3
@@ -52,7 +38,9 @@ class Rig:
                 self._cmd(command)
         # interface 1 <- SSI3_TX (7), interface 2 <- SSI3_RX (6)
         sel = {0x64: 7 << 6 | 6 << 12}
-        self.dmac = Dmac(self.sram, lambda off: sel.get(off, 0), lambda: self.t, self.halts.append)
+        self.dmac = D.Dmac(
+            self.sram, lambda off: sel.get(off, 0), lambda: self.t, self.halts.append
+        )
         self.spi = Spi3(
             self.flash, lambda: self.t, lambda: HZ, self.stalls.append, self.skips.append
         )
@@ -69,19 +57,23 @@ class Rig:
         self.dmac.write(offset + 4, 4, value >> 32)
 
     def ch(self, n: int, offset: int) -> int:
-        return CH_BASE + n * 0x100 + offset
+        return D.CH_BASE + n * 0x100 + offset
 
     def channel(self, n: int, sar: int, dar: int, items: int, ctl: int, cfg: int) -> None:
-        self.w(self.ch(n, CH_INTCLEAR), 0xFFFF_FFFF)
-        self.w(self.ch(n, CTL), ctl)
-        self.w(self.ch(n, CH_CFG), cfg)
-        self.w(self.ch(n, SAR), sar)
-        self.w(self.ch(n, DAR), dar)
-        self.w(self.ch(n, BLOCK_TS), items - 1)
-        self.w(self.ch(n, CH_INTSTATUS_EN), 3)
-        self.w(self.ch(n, CH_INTSIGNAL_EN), 2)
-        self.w(CFG, 3)
-        self.w(CHEN, 1 << n | 1 << (n + 8))
+        """Program channel ``n`` for one block as the SDK does and enable it."""
+        for offset, value in (
+            (D.CH_INTCLEAR, 0xFFFF_FFFF),
+            (D.CTL, ctl),
+            (D.CH_CFG, cfg),
+            (D.SAR, sar),
+            (D.DAR, dar),
+            (D.BLOCK_TS, items - 1),
+            (D.CH_INTSTATUS_EN, 3),
+            (D.CH_INTSIGNAL_EN, 2),
+        ):
+            self.w(self.ch(n, offset), value)
+        self.w(D.CFG, 3)
+        self.w(D.CHEN, 1 << n | 1 << (n + 8))
 
     def tx(self, items: int, msize: int = 1) -> None:
         """Memory (BUF, incrementing) -> SPI3 DR (fixed), bursts of 4 items."""
@@ -93,7 +85,7 @@ class Rig:
         self.channel(RX_CH, SPI3_DR, BUF, items, width | 1 << 4, 2 << 32 | RX_CH << 39)
 
     def done(self, n: int) -> bool:
-        return bool(self.dmac.read(self.ch(n, CH_INTSTATUS), 4) & 2)
+        return bool(self.dmac.read(self.ch(n, D.CH_INTSTATUS), 4) & 2)
 
     def status(self) -> int:
         return self.spi.read(0x28, 4)
