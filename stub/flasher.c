@@ -261,9 +261,9 @@ static u32 crc32_polled(const u8 *p, u32 n)
 
 /* Bulk transfers go by DMA: DMAC channel SPI_TX_CH moves the frames of a page program
  * from memory to DR, SPI_RX_CH those of a read from DR to memory, one 32-bit frame per
- * memory word, while the core serves the link or sleeps (the block's done interrupt wakes
- * it). Channel 0 is the link's. A frame goes out most significant byte first, so a
- * word holds its 4 flash bytes swapped. docs/flasher-protocol.md, "SPI flash". */
+ * memory word (see spi_dma for how the core waits). Channel 0 is the link's. A frame
+ * goes out most significant byte first, so a word holds its 4 flash bytes swapped.
+ * docs/flasher-protocol.md, "SPI flash". */
 #define SPI_TX_CH 1u
 #define SPI_RX_CH 2u
 
