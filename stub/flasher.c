@@ -417,6 +417,20 @@ static u32 crc32_polled(const u8 *p, u32 n)
 
 /* -------------------------------------------------------------- SPI flash -- */
 
+/* Bulk transfers go by DMA: DMAC channel SPI_TX_CH moves the frames of a page program
+ * from memory to DR, SPI_RX_CH those of a read from DR to memory, one 32-bit frame per
+ * memory word (see spi_dma for how the core waits). Channel 0 is the link's. A frame
+ * goes out most significant byte first, so a word holds its 4 flash bytes swapped.
+ * docs/flasher-protocol.md, "SPI flash". */
+#define SPI_TX_CH 1u
+#define SPI_RX_CH 2u
+
+static void spi_stop(void)
+{
+    SPI_SER = 0;
+    SPI_SSIENR = 0;
+}
+
 static void spi_start(u32 tmod, u32 frame_bits, u32 rx_frames)
 {
     SPI_SSIENR = 0;
@@ -424,12 +438,6 @@ static void spi_start(u32 tmod, u32 frame_bits, u32 rx_frames)
     SPI_SPI_CTRLR0 = 0;
     SPI_CTRLR1 = rx_frames ? rx_frames - 1 : 0;
     SPI_SSIENR = 1;
-}
-
-static void spi_stop(void)
-{
-    SPI_SER = 0;
-    SPI_SSIENR = 0;
 }
 
 static u32 be32(const u8 *p)
@@ -475,33 +483,84 @@ static void spi_recv(const u8 *cmd, u32 nc, u8 *out, u32 n)
     spi_stop();
 }
 
-/* Pop `words` 32-bit RX frames (most significant byte first on the wire) into out,
- * serving the link each time the FIFO was emptied, and end the transaction. */
-static void spi_drain32(u8 *out, u32 words)
+/* The frames of a DMA transfer (a page program, or a read of up to a sector): where
+ * start.S never writes (link.ld .dma) and reached only through the uncached SRAM view,
+ * as the DMAC moves data behind the core's cache. */
+static u32 spi_buf_mem[SECTOR / 4] __attribute__((section(".dma"), aligned(64)));
+#define spi_buf ((volatile u32 *)((u64)spi_buf_mem - 0x40000000u))
+
+static void spi_dma_init(void)
 {
-    for (u32 got = 0; got < words;) {
-        u32 lvl = SPI_RXFLR;
-        while (lvl-- && got < words) {
-            u32 v = SPI_DR;
-            u8 *o = out + 4 * got++;
-            o[0] = (u8)(v >> 24);
-            o[1] = (u8)(v >> 16);
-            o[2] = (u8)(v >> 8);
-            o[3] = (u8)v;
-        }
-        uart_poll();
+    SYSCTL_DMA_SEL0 = (SYSCTL_DMA_SEL0 & ~(0xFFFu << 6 * SPI_TX_CH)) |
+                      DMA_REQ_SSI3_TX << 6 * SPI_TX_CH | DMA_REQ_SSI3_RX << 6 * SPI_RX_CH;
+    DMAC_CFG = 3; /* DMAC_EN | INT_EN */
+    /* both: DMS = master 2, 32-bit items; TX: DR fixed, bursts of 4 (DMATDLR 4: the
+     * FIFO never runs dry, which would end the transfer); RX: DR fixed, bursts of 1 */
+    DMAC_CH(SPI_TX_CH, CH_CTL) = 1u << 2 | 1u << 6 | 2u << 8 | 2u << 11 | 1u << 14 | 1u << 18;
+    DMAC_CH(SPI_RX_CH, CH_CTL) = 1u << 2 | 1u << 4 | 2u << 8 | 2u << 11;
+    /* TT_FC memory -> peripheral / peripheral -> memory, hardware handshake on the
+     * peripheral side, SRC_PER = DST_PER = the channel */
+    DMAC_CH(SPI_TX_CH, CH_CFG + 4) = 1u | 1u << 3 | SPI_TX_CH << 7 | SPI_TX_CH << 12;
+    DMAC_CH(SPI_RX_CH, CH_CFG + 4) = 2u | 1u << 4 | SPI_RX_CH << 7 | SPI_RX_CH << 12;
+    DMAC_CH(SPI_TX_CH, CH_DAR) = SPI3 + 0x60;
+    DMAC_CH(SPI_RX_CH, CH_SAR) = SPI3 + 0x60;
+    for (u32 ch = SPI_TX_CH; ch <= SPI_RX_CH; ch++) {
+        DMAC_CH(ch, CH_INTSTATUS_EN) = DMA_TFR_DONE;
+        DMAC_CH(ch, CH_INTSIGNAL_EN) = DMA_TFR_DONE;
+        PLIC_PRIORITY(DMA_IRQ(ch)) = 1;
     }
-    spi_stop();
+    PLIC_ENABLE0 |= 1u << DMA_IRQ(SPI_TX_CH) | 1u << DMA_IRQ(SPI_RX_CH);
+    SPI_DMATDLR = 4;
 }
 
-/* Bulk transfers in 32-bit frames (4 bytes per FIFO entry): the instruction and
- * 24-bit address form the first frame. */
-static void spi_read32(u32 insn_addr, u8 *out, u32 n)
+/* Move `words` frames of the open transaction between DR and spi_buf (rx: into it) by
+ * DMA and end the transaction. A long transfer (`sleep`) serves the link and sleeps
+ * until the block's done interrupt; a short one (a quad page: 11 us, well inside the
+ * UART FIFO's 53 us at 3 Mbaud) is waited for on SR. */
+static void spi_dma(u32 rx, u32 words, int sleep)
+{
+    u32 ch = rx ? SPI_RX_CH : SPI_TX_CH;
+    DMAC_CH(ch, rx ? CH_DAR : CH_SAR) = (u32)(u64)spi_buf_mem;
+    DMAC_CH(ch, CH_BLOCK_TS) = words - 1;
+    SPI_DMACR = rx ? 1 : 2;
+    DMAC_CHEN = 0x101u << ch;
+    SPI_SER = 1;
+    while (sleep && !(DMAC_CH(ch, CH_INTSTATUS) & DMA_TFR_DONE)) {
+        uart_poll();
+        sleep_until(NEVER);
+    }
+    while ((SPI_SR & 5) != 4) /* the last frames leave the FIFO */
+        ;
+    while (!(DMAC_CH(ch, CH_INTSTATUS) & DMA_TFR_DONE)) /* the last item is in memory */
+        ;
+    DMAC_CH(ch, CH_INTCLEAR) = ~0u; /* else every later wfi would end at once */
+    spi_stop();
+    __asm__ volatile("" ::: "memory"); /* spi_buf is read after this, not before */
+}
+
+/* The `n` bytes a read left in spi_buf (n a multiple of 4) to out in flash order: each
+ * frame's most significant byte first, a page (~2 us) between link polls. */
+static void spi_take(u8 *out, u32 n)
+{
+    for (u32 i = 0; i < n / 4; i++) {
+        u32 v = spi_buf[i];
+        out[4 * i] = (u8)(v >> 24);
+        out[4 * i + 1] = (u8)(v >> 16);
+        out[4 * i + 2] = (u8)(v >> 8);
+        out[4 * i + 3] = (u8)v;
+        if (i % 64 == 63)
+            uart_poll();
+    }
+}
+
+/* Bulk transfers in 32-bit frames (4 bytes per FIFO entry), reads of n <= SECTOR bytes
+ * into spi_buf: the instruction and 24-bit address form the first frame. (The reads are
+ * called from several places: kept out of line, the flasher stays within 16 KiB.) */
+static __attribute__((noinline)) void spi_read32(u32 insn_addr, u32 n)
 {
     spi_start(3, 32, n / 4);
     SPI_DR = insn_addr;
-    SPI_SER = 1;
-    spi_drain32(out, n / 4);
+    spi_dma(1, n / 4, 1);
 }
 
 /* Quad transaction (DW SSI enhanced mode) of 32-bit frames: the instruction and the
@@ -519,70 +578,33 @@ static void spi_start_quad(u32 tmod, u32 wait, u32 rx_words, u8 inst, u32 addr)
 }
 
 /* quad output fast read (0x6B): 8 dummy clocks */
-static void spi_read_quad(u32 addr, u8 *out, u32 n)
+static __attribute__((noinline)) void spi_read_quad(u32 addr, u32 n)
 {
     spi_start_quad(2 /* RX only */, 8, n / 4, 0x6B, addr);
-    SPI_SER = 1;
-    spi_drain32(out, n / 4);
+    spi_dma(1, n / 4, n > PAGE);
 }
 
-/* Does [addr, addr + n) read erased over four lines? A page per transaction (n a
- * multiple of it), its words ANDed as they arrive: no bytes to unpack. */
-static int quad_erased(u32 addr, u32 n)
+/* the data frames of a page program, behind the instruction and address queued; on
+ * one line (43 us) the link is served meanwhile */
+static void spi_page_out(const u8 *data, int sleep)
 {
-    u32 all = ~0u;
-    for (u32 end = addr + n; addr < end && all == ~0u; addr += PAGE) {
-        spi_start_quad(2 /* RX only */, 8, PAGE / 4, 0x6B, addr);
-        SPI_SER = 1;
-        for (u32 left = PAGE / 4; left;) {
-            u32 lvl = SPI_RXFLR;
-            left -= lvl;
-            while (lvl--)
-                all &= SPI_DR;
-        }
-        spi_stop();
-        uart_poll();
-    }
-    return all == ~0u;
+    for (u32 i = 0; i < PAGE / 4; i++)
+        spi_buf[i] = be32(data + 4 * i);
+    spi_dma(0, PAGE / 4, sleep);
 }
 
-/* Send `words` 32-bit data frames behind the `queued` entries already in the TX FIFO,
- * then wait for the end of the transfer. The FIFO is topped up at most 8 entries (5 us
- * of SCLK) between two link polls: at 3 Mbaud the 16-byte UART FIFO fills in 53 us. */
-static void spi_push32(const u8 *data, u32 words, u32 queued)
-{
-    u32 i = 0;
-    while (i < words && i < 32 - queued) {
-        SPI_DR = be32(data + 4 * i);
-        i++;
-    }
-    SPI_SER = 1;
-    while (i < words) {
-        u32 room = 32 - SPI_TXFLR;
-        room = room < 8 ? room : 8;
-        while (room-- && i < words) {
-            SPI_DR = be32(data + 4 * i);
-            i++;
-        }
-        uart_poll();
-    }
-    while ((SPI_SR & 5) != 4)
-        ;
-    spi_stop();
-}
-
-static void spi_write32(u32 insn_addr, const u8 *data, u32 n)
+static void spi_write32(u32 insn_addr, const u8 *data)
 {
     spi_start(1, 32, 0);
     SPI_DR = insn_addr;
-    spi_push32(data, n / 4, 1);
+    spi_page_out(data, 1);
 }
 
 /* quad page program (0x32) */
-static void spi_write_quad(u32 addr, const u8 *data, u32 n)
+static void spi_write_quad(u32 addr, const u8 *data)
 {
     spi_start_quad(1 /* TX only */, 0, 0, 0x32, addr);
-    spi_push32(data, n / 4, 2);
+    spi_page_out(data, 0);
 }
 
 static void cmd_addr(u8 *c, u8 op, u32 addr)
@@ -741,7 +763,8 @@ static void quad_check(u32 addr, const u8 *want)
     u8 got[PAGE] __attribute__((aligned(8)));
     if (!varied(want, PAGE))
         return;
-    spi_read_quad(addr, got, PAGE);
+    spi_read_quad(addr, PAGE);
+    spi_take(got, PAGE);
     quad = 1;
     for (u32 i = 0; i < PAGE; i++)
         if (got[i] != want[i])
@@ -750,7 +773,8 @@ static void quad_check(u32 addr, const u8 *want)
         erased_forget();
 }
 
-/* reads in page-sized pieces so the link is served in between */
+/* reads by DMA, a sector per transaction once quad reads are settled; a page at a time
+ * while they are to be checked on the first varied page */
 static void flash_read(u32 addr, u8 *out, u32 n)
 {
     u8 c[4];
@@ -759,10 +783,14 @@ static void flash_read(u32 addr, u8 *out, u32 n)
         if (k % 4) {
             cmd_addr(c, 0x03, addr);
             spi_recv(c, 4, out, k);
-        } else if (quad > 0) {
-            spi_read_quad(addr, out, k);
         } else {
-            spi_read32((0x03u << 24) | addr, out, k);
+            if (quad) /* by DMA: the link is served meanwhile */
+                k = n < SECTOR ? n & ~3u : SECTOR;
+            if (quad > 0)
+                spi_read_quad(addr, k);
+            else
+                spi_read32((0x03u << 24) | addr, k);
+            spi_take(out, k);
             if (!quad && k == PAGE)
                 quad_check(addr, out);
         }
@@ -802,9 +830,9 @@ static void program_start(u32 addr, const u8 *p, int wide)
     erased_set(addr, 0);
     flash_simple(0x06);
     if (wide)
-        spi_write_quad(addr, p, PAGE);
+        spi_write_quad(addr, p);
     else
-        spi_write32((0x02u << 24) | addr, p, PAGE);
+        spi_write32((0x02u << 24) | addr, p);
 }
 
 /* one page on one data line, then read back (on a blank chip the first page of varied
@@ -889,6 +917,7 @@ static void flash_init(void)
     SPI_SSIENR = 0;
     SPI_IMR = 0;
     SPI_DMACR = 0;
+    spi_dma_init();
     SPI_SER = 0;
     SPI_BAUDR = 2;
     SPI_ENDIAN = 0;
@@ -1237,24 +1266,21 @@ static int blank_digest_ok;
 /* SHA-256 of [addr, addr+n); `also` (if set) is fed the same bytes */
 static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
 {
+    u8 buf[PAGE];
     struct sha256 s;
-    u8 buf[PAGE] __attribute__((aligned(8)));
     int blank = n == SECTOR && !also;
     sha256_init(&s);
-    if (blank) { /* read the sector first; hash it only if it holds data */
+    if (blank) { /* read the sector first (one transaction); hash it only if it holds data */
         /* On a blank chip quad reads cannot be checked before the first write, yet the
          * chip's QE bit is known to be set (quad == 0): the blank test reads over four
          * lines, 4x faster. A sector that does not read erased this way is hashed below
          * from standard reads, so a data sector's digest never rests on unchecked quad
-         * reads. */
-        if (quad >= 0) {
-            blank = quad_erased(addr, SECTOR);
-        } else {
-            for (u32 pg = 0; pg < SECTOR && blank; pg += PAGE) {
-                flash_read(addr + pg, buf, PAGE);
-                blank = is_blank(buf, PAGE);
-            }
-        }
+         * reads. (Erased reads the same in any byte order: the words are not swapped.) */
+        if (quad >= 0)
+            spi_read_quad(addr, SECTOR);
+        else
+            spi_read32((0x03u << 24) | addr, SECTOR);
+        blank = is_blank((const u8 *)spi_buf, SECTOR);
         if (addr % SECTOR == 0)
             erased_set(addr, blank);
         if (blank && blank_digest_ok) {

@@ -99,7 +99,12 @@ typedef unsigned long u64;
 #define SPI_RXFLR REG32(SPI3 + 0x24)
 #define SPI_SR REG32(SPI3 + 0x28)
 #define SPI_IMR REG32(SPI3 + 0x2C)
-#define SPI_DMACR REG32(SPI3 + 0x4C)
+#define SPI_DMACR REG32(SPI3 + 0x4C) /* bit 0 RDMAE, bit 1 TDMAE */
+#define SPI_DMATDLR REG32(SPI3 + 0x50) /* TX DMA request while TXFLR <= this */
+/* SPI3's DMA requests (SYSCTL dma_sel) and the channel status the flasher waits on */
+#define DMA_REQ_SSI3_RX 6u
+#define DMA_REQ_SSI3_TX 7u
+#define CH_INTSTATUS 0x88
 #define SPI_DR REG32(SPI3 + 0x60)
 #define SPI_SPI_CTRLR0 REG32(SPI3 + 0xF4)
 #define SPI_ENDIAN REG32(SPI3 + 0x118)

@@ -50,7 +50,7 @@ void clock_init(void)
      * a 1.6 MHz SCLK instead of 48.75 MHz) */
     SYSCTL_CLK_SEL0 = (SYSCTL_CLK_SEL0 & ~0x103Fu) | 1u | (1u << 3) | (1u << 12);
     SYSCTL_CLK_TH1 = (SYSCTL_CLK_TH1 & 0x00FFFFFFu) | (SPI3_THRESHOLD << 24);
-    SYSCTL_CLK_EN_PERI |= PERI_SPI3 | PERI_UART3 | PERI_FPIOA;
+    SYSCTL_CLK_EN_PERI |= PERI_SPI3 | PERI_UART3 | PERI_FPIOA | PERI_DMA;
 }
 
 /* busy-wait; runs at CPU_HZ (each iteration takes two cycles) */

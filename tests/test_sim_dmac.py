@@ -601,7 +601,8 @@ def test_flasher_receives_write_frames_by_dma(monkeypatch) -> None:
         wire = board.to_board.bytes_sent - sent
         assert board.flash.read(0x200000, len(data)) == data
         assert uart.overruns == 0
-        assert set(blocks) == {0} and 0.95 * wire / 256 <= len(blocks) <= 1.05 * wire / 256
+        rx_blocks = blocks.count(0)  # channels 1 and 2 carry SPI3's frames
+        assert 0.95 * wire / 256 <= rx_blocks <= 1.05 * wire / 256
         assert reads[0] < wire / 50  # headers and escapes
 
 

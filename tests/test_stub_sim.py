@@ -390,6 +390,22 @@ def test_quad_programs_used_once_reads_are(dev):
     assert board.flash.stats.bytes_programmed_wide - before == len(data)
 
 
+def test_bulk_flash_transfers_go_by_dma(dev):
+    """Reads (channel 2, SSI3_RX) and page programs (channel 1, SSI3_TX) move their
+    frames by DMA, one block per transaction: a read chunk is one block of more than a
+    page (the link is served while it runs), a page program one of 64 frames."""
+    board, s2 = dev.port.sim_board, dev.stage2
+    tx, rx = board.core.dmac.channels[1], board.core.dmac.channels[2]
+    data = random.Random(28).randbytes(0x4000)
+    board.flash.data[0x520000:0x524000] = data
+    assert s2.read(0x520000, len(data)) == data
+    assert rx.reg(0x30) > 256 // 4 and rx.done_at > 0  # STATUS: the last block's items
+    s2.write(0x530000, data[:0x1000])
+    assert board.flash.read(0x530000, 0x1000) == data[:0x1000]
+    assert tx.reg(0x30) == 256 // 4 and tx.done_at > 0
+    assert board.stage == "core" and not board.halt_reason
+
+
 def test_a_firmware_at_0_lets_quad_reads_be_checked_at_start(tmp_path):
     """Flash init reads page 0: with a firmware there, even the blank-check of an erased
     region (before anything is written) reads on four lines."""

@@ -289,6 +289,7 @@ class Core:
             board.flash, self._time, lambda: self.spi3_hz, self._add_stall, self._skip_until
         )
         self.sysctl.peri_reset_hooks[9] = self.spi3.reset
+        self.dmac.endpoints.update(self.spi3.dma_ports())
         for name, uart in self.uarts.items():
             self.plic.sources[k210.UART_IRQ[name]] = uart.irq
             uart.pull = self._puller(uart)

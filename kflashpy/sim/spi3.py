@@ -17,15 +17,33 @@ a loop that only polls) let the core skip ahead to the end of the busy time afte
 :data:`BUSY_POLLS_BEFORE_SKIP` of them instead of emulating every poll. Polls with other
 work between them (a program decoding while the flash programs) are never skipped: the
 skip would drop that work and leave the UART's FIFO full.
+
+DMA (docs/simulator.md, "The DMAC"): SPI3 serves the DMAC's requests SSI3_RX and SSI3_TX
+(:class:`DmaPort`, one 32-bit DR access per frame) when DMACR enables them. A DMA
+transaction is computed, not stepped: its frames reach the flash in bulk and the CPU is
+not stalled; a :class:`_Wire` says when each FIFO entry leaves (TX) or arrives (RX) at
+SCLK pace, and the DMA moves items at those times: a transmit burst of DST_MSIZE items
+enters the FIFO as soon as TXFLR <= DMATDLR, a receive burst of SRC_MSIZE items
+(= DMARDLR + 1) leaves it as soon as it is there. SR shows BUSY until the last frame is
+on the wire; tight BUSY polls stall the core to that end (the DMA needs no CPU), as PIO
+transfers are charged.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from ..target import k210
+from .dmac import CTL, Channel
+
 CTRLR0, CTRLR1, SSIENR, SER, BAUDR = 0x00, 0x04, 0x08, 0x10, 0x14
 TXFLR, RXFLR, SR, DR0, DR_END, SPI_CTRLR0 = 0x20, 0x24, 0x28, 0x60, 0xF0, 0xF4
+DMACR, DMATDLR, DMARDLR = 0x4C, 0x50, 0x54
+RDMAE, TDMAE = 1, 2
 FIFO_DEPTH = 32
 TMOD_TXRX, TMOD_TX, TMOD_RX, TMOD_EEPROM = 0, 1, 2, 3
 BUSY_POLLS_BEFORE_SKIP = 3
@@ -51,6 +69,141 @@ class NoDevice:
 
     def enhanced(self, inst, addr, addr_bits, wait, tx, rx_len, lines, now):  # type: ignore[no-untyped-def]
         return b"\xff" * rx_len
+
+
+def _wire_bytes(frames: Sequence[int], fb: int) -> bytes:
+    """Frames of ``fb`` bytes as they go on the wire (most significant byte first)."""
+    wide = np.asarray(frames, dtype=np.uint64) & np.uint64((1 << (8 * fb)) - 1)
+    return wide.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - fb :].tobytes()
+
+
+def _wire_frames(data: bytes, fb: int) -> np.ndarray:
+    """The inverse of :func:`_wire_bytes`: received bytes as frames of ``fb`` bytes."""
+    if fb in (1, 2, 4):
+        return np.frombuffer(data, dtype=f">u{fb}")
+    raw = np.zeros((len(data) // fb, 8), dtype=np.uint8)
+    raw[:, 8 - fb :] = np.frombuffer(data, dtype=np.uint8).reshape(-1, fb)
+    return raw.view(">u8").reshape(-1).astype(np.uint64)
+
+
+class _Wire:
+    """When the FIFO entries of one DMA transaction move, entries numbered in FIFO order
+    from 0 (the received frames of a receive transfer follow the transmitted ones). From
+    ``start``: ``hdr`` the shifting times of the header entries (instruction and address
+    of an enhanced transfer), then ``gap`` (wait cycles), then ``frame`` per entry."""
+
+    def __init__(self, start: float, hdr: Sequence[float], gap: float, frame: float) -> None:
+        self.start = start
+        self.ends: list[float] = []
+        t = start
+        for h in hdr:
+            t += h
+            self.ends.append(t)
+        self.h = len(hdr)
+        self.body = t + gap  # the first entry after the header starts shifting
+        self.frame = frame
+
+    def begins(self, j: int) -> float:
+        """When entry ``j`` leaves the TX FIFO for the shift register."""
+        if j < self.h:
+            return self.ends[j - 1] if j else self.start
+        return self.body + (j - self.h) * self.frame
+
+    def done(self, j: int) -> float:
+        """When entry ``j`` has been shifted completely (a received frame is in the FIFO)."""
+        if j < self.h:
+            return self.ends[j]
+        return self.body + (j - self.h + 1) * self.frame
+
+    def count(self, now: float, at: Callable[[int], float]) -> int:
+        """How many entries have ``at(j) <= now`` (``at`` is begins or done)."""
+        n = 0
+        while n < self.h and at(n) <= now:
+            n += 1
+        if n < self.h:
+            return n
+        n = max(self.h, self.h + int((now - self.body) / self.frame))
+        while n > self.h and at(n - 1) > now:
+            n -= 1
+        while at(n) <= now:
+            n += 1
+        return n
+
+
+class _Dma:
+    """A DMA block SPI3 serves: the channel, its burst, the FIFO threshold, and once the
+    slave is selected, when its frames move (``wire``)."""
+
+    def __init__(self, channel: Channel, rx: bool, burst: int, level: int) -> None:
+        self.ch: Channel | None = channel
+        self.n = channel.n
+        self.refuse = channel.dmac.refuse  # halts the board: what is not modelled
+        self.rx = rx
+        self.burst = burst
+        self.level = level  # DMATDLR (transmit) or DMARDLR (receive)
+        self.items = channel.items
+        self.bursts = -(-self.items // burst)
+        self.moved = 0  # items taken from or put into memory
+        self.t0: float | None = None  # transmit: when the DMA began to fill the FIFO
+        self.queued = 0  # transmit: entries the CPU had queued before that
+        self.first = 0  # receive: the entry number of the first received frame
+        self.values: np.ndarray | None = None  # receive: every frame, computed at selection
+        self.wire: _Wire | None = None
+        self.end = math.inf  # when the last frame is on the wire
+
+    def entered(self, now: float) -> int:
+        """Transmit: items in the FIFO by ``now`` (a burst enters once TXFLR <= DMATDLR)."""
+        if self.t0 is None or now < self.t0:
+            return 0
+        begun = self.wire.count(now, self.wire.begins) if self.wire else 0
+        room = begun + self.level - self.queued
+        if room < 0:
+            return 0
+        return min(self.items, (room // self.burst + 1) * self.burst)
+
+    def burst_at(self, b: int) -> float:
+        """Transmit: when burst ``b`` enters the FIFO (inf: not before the slave is selected)."""
+        assert self.t0 is not None
+        j = self.queued + b * self.burst - self.level - 1  # that entry's leaving makes room
+        if j < 0:
+            return self.t0
+        return max(self.t0, self.wire.begins(j)) if self.wire else math.inf
+
+    def arrived(self, now: float) -> int:
+        """Receive: frames in the FIFO or already moved by ``now``."""
+        if self.wire is None:
+            return 0
+        return max(0, min(self.items, self.wire.count(now, self.wire.done) - self.first))
+
+    def due(self) -> float:
+        """When the block completes if nothing else happens."""
+        if self.ch is None:
+            return math.inf
+        if self.rx:
+            return self.wire.done(self.first + self.items - 1) if self.wire else math.inf
+        return math.inf if self.t0 is None else self.burst_at(self.bursts - 1)
+
+
+class DmaPort:
+    """One of an SSI's DMA requests (SSIn_RX or SSIn_TX) as a DMAC endpoint
+    (kflashpy/sim/dmac.py)."""
+
+    def __init__(self, spi: Spi3, rx: bool) -> None:
+        self.spi = spi
+        self.rx = rx
+
+    def dma_arm(self, channel: Channel) -> str | None:
+        return self.spi._dma_arm(channel, self.rx)
+
+    def dma_sync(self, now: float) -> None:
+        self.spi._dma_sync(now)
+
+    def dma_due(self) -> float:
+        d = self.spi._drx if self.rx else self.spi._dtx
+        return math.inf if d is None else d.due()
+
+    def dma_disarm(self, channel: Channel) -> None:
+        self.spi._dma_disarm(self.rx)
 
 
 class Spi3:
@@ -80,6 +233,14 @@ class Spi3:
         self.reset()
 
     def reset(self) -> None:
+        for d in (getattr(self, "_dtx", None), getattr(self, "_drx", None)):
+            if d is not None and d.ch is not None:
+                d.refuse(f"{self.name} reset while DMA channel {d.n} is armed on it")
+        self._dtx: _Dma | None = None  # the transmit block armed (SSIn_TX)
+        self._drx: _Dma | None = None  # the receive block armed (SSIn_RX)
+        self._live: _Dma | None = None  # the block of the transaction in progress
+        self._wire_polls = 0
+        self._wire_poll_t = -1.0
         self.regs[:] = bytes(len(self.regs))
         self._decode()
         self.txq: list[int] = []
@@ -113,12 +274,18 @@ class Spi3:
         if DR0 <= offset < DR_END:
             fb = self._fb
             if len(self.rxq) < fb:
+                if self._live is not None and self._live.rx:
+                    self._live.refuse(
+                        f"{self.name}: DR read while DMA channel {self._live.n} receives"
+                    )
                 self._fill()
             if len(self.rxq) < fb:
                 return 0
             value = int.from_bytes(self.rxq[:fb], "big")
             del self.rxq[:fb]
             return value
+        if self._live is not None and offset in (RXFLR, SR, TXFLR):
+            return self._dma_status(offset, self._live)
         if offset == RXFLR:
             self._fill()
             return min(FIFO_DEPTH, len(self.rxq) // self._fb)
@@ -126,11 +293,19 @@ class Spi3:
             self._fill()
             return 0x06 | (0x08 if self.rxq else 0)
         if offset == TXFLR:
-            return 0 if self.selected else min(FIFO_DEPTH, len(self.txq))
+            if self.selected:
+                return 0
+            if self._dtx is not None:
+                self._dma_sync(self._now())
+            return min(FIFO_DEPTH, len(self.txq))
         return int.from_bytes(self.regs[offset : offset + size], "little")
 
     def write(self, offset: int, size: int, value: int) -> None:
         if DR0 <= offset < DR_END:
+            if self._dtx is not None and self._dtx.t0 is not None:
+                self._dtx.refuse(
+                    f"{self.name}: DR written while DMA channel {self._dtx.n} fills the TX FIFO"
+                )
             if self.selected and not self.enh:
                 self._send((value & 0xFFFF_FFFF,))
             else:
@@ -146,12 +321,16 @@ class Spi3:
         self.regs[offset : offset + size] = new
         if offset == SSIENR:
             if value & 1:
+                self._tx_ready()
                 self._maybe_select()
             else:
                 self._deselect()
+                self._drop_dma()
                 self.txq.clear()
                 self.rxq.clear()
                 self.rx_left = 0
+        elif offset == DMACR:
+            self._tx_ready()
         elif offset == SER:
             if value & 1:
                 self._maybe_select()
@@ -166,6 +345,12 @@ class Spi3:
         self.transactions += 1
         self.enh = bool(self._frf_v)
         self._first = -1
+        dmacr = self.regs[DMACR]
+        dtx = self._dtx if dmacr & TDMAE else None
+        drx = self._drx if dmacr & RDMAE else None
+        if dtx is not None or drx is not None:
+            self._dma_select(dtx, drx)
+            return
         if self.enh:
             if self._tmod_v == TMOD_RX:
                 self.rx_left = self._reg(CTRLR1) + 1
@@ -175,9 +360,6 @@ class Spi3:
         self._send(pending)
         if self._tmod_v in (TMOD_RX, TMOD_EEPROM):
             self.rx_left = self._reg(CTRLR1) + 1
-
-    def _to_bytes(self, frame: int) -> bytes:
-        return (frame & self._fmask).to_bytes(self._fb, "big")
 
     def _send(self, frames: Sequence[int]) -> None:
         """Clock ``frames`` out in a standard transfer, each at its own time (after the
@@ -203,7 +385,7 @@ class Spi3:
             return
         fb = self._fb
         if self.enh:
-            self._enhanced(rx_frames=self.rx_left)
+            self.rxq += self._enhanced(rx_frames=self.rx_left)
             return
         n = min(self.rx_left, FIFO_DEPTH - len(self.rxq) // fb)
         self.rx_left -= n
@@ -222,8 +404,10 @@ class Spi3:
         elif self._first == 0x05:
             self._busy_polls = 0
 
-    def _enhanced(self, rx_frames: int = 0) -> None:
-        """Run a dual/quad transfer from the queued TX entries (inst, addr, data...)."""
+    def _enhanced(self, rx_frames: int = 0, charge: bool = True) -> bytes:
+        """Run a dual/quad transfer from the queued TX entries (inst, addr, data...) and
+        return what it received; ``charge``: stall the CPU for its SCLK time (not for a
+        DMA transfer, whose time passes on the wire while the CPU runs)."""
         spi = self._reg(SPI_CTRLR0)
         inst_bits = (0, 4, 8, 16)[spi >> 8 & 3]
         addr_bits = (spi >> 2 & 0xF) * 4
@@ -234,7 +418,7 @@ class Spi3:
         inst = entries.pop(0) & 0xFF if inst_bits and entries else None
         addr = entries.pop(0) if addr_bits and entries else 0
         fb = self._fb
-        tx = b"".join(self._to_bytes(f) for f in entries)
+        tx = _wire_bytes(entries, fb) if entries else b""
         self.rx_left = 0
         # SCLK cycles: the instruction on one line unless TRANS_TYPE 2, the address on
         # one line for TRANS_TYPE 0, the wait cycles, and the data on every line
@@ -244,19 +428,230 @@ class Spi3:
             + wait
             + (len(tx) + rx_frames * fb) * 8 // lines
         )
-        self._stall(clocks * self._bits_cost / 8 / self._src())
-        rx = self.flash.enhanced(
+        if charge:
+            self._stall(clocks * self._bits_cost / 8 / self._src())
+        return self.flash.enhanced(
             inst, addr, addr_bits, wait, tx, rx_frames * fb, lines, self._now()
         )
-        self.rxq += rx
 
     def _deselect(self) -> None:
         if not self.selected:
+            return
+        if self._live is not None:
+            self._dma_deselect(self._live)
             return
         if self.enh:
             if self.txq:
                 self._enhanced()
         else:
             self.flash.deselect(self._now())
+        self.selected = False
+        self.rx_left = 0
+
+    # ------------------------------------------------------------------ DMA
+    def dma_ports(self) -> dict[int, DmaPort]:
+        """The DMAC endpoints of this SSI's requests, by request number."""
+        n = self.name[3:]
+        return {
+            k210.DMA_REQUEST[f"ssi{n}_rx"]: DmaPort(self, True),
+            k210.DMA_REQUEST[f"ssi{n}_tx"]: DmaPort(self, False),
+        }
+
+    def _dma_arm(self, ch: Channel, rx: bool) -> str | None:
+        """A channel routed to SSIn_RX (``rx``) or SSIn_TX was enabled: check that it moves
+        one 32-bit DR access per frame in bursts the FIFO takes, and keep it."""
+        dr = ch.prf_address - k210.PERIPHERALS[self.name][0]
+        if not ch.prf_fixed or not DR0 <= dr < DR_END or dr % 4:
+            side = "SAR" if rx else "DAR"
+            how = "fixed" if ch.prf_fixed else "incrementing"
+            return f"{side}=0x{ch.prf_address:08x} ({how}) is not {self.name}'s DR"
+        if ch.width != 4:
+            return f"{self.name} moves one 32-bit DR access per frame, not {ch.width}-byte items"
+        if (self._drx if rx else self._dtx) is not None or self.selected:
+            return f"{self.name}: enabled while a transfer is under way (not modelled)"
+        msize = ch.reg(CTL) >> (14 if rx else 18) & 0xF
+        burst = 1 << (msize + 1) if msize else 1
+        if rx:
+            level = self._reg(DMARDLR) & 0x1F
+            if burst != level + 1 or ch.items % burst:
+                return (
+                    f"SRC_MSIZE {burst} items, {self.name} DMARDLR {level}, a block of"
+                    f" {ch.items}: modelled are bursts of DMARDLR + 1 items that divide"
+                    " the block"
+                )
+            self._drx = _Dma(ch, rx, burst, level)
+            return None
+        level = self._reg(DMATDLR) & 0x1F
+        if level + burst > FIFO_DEPTH:
+            return (
+                f"DST_MSIZE {burst} items above {self.name} DMATDLR {level} overflow the"
+                f" {FIFO_DEPTH}-entry TX FIFO"
+            )
+        self._dtx = _Dma(ch, rx, burst, level)
+        self._tx_ready()
+        return None
+
+    def _tx_ready(self) -> None:
+        """The transmit DMA starts filling the FIFO once its channel is armed, DMACR.TDMAE
+        is set and the SSI is enabled."""
+        d = self._dtx
+        if d is not None and d.t0 is None and self.regs[SSIENR] & 1 and self.regs[DMACR] & TDMAE:
+            d.t0 = self._now()
+            d.queued = len(self.txq)
+
+    def _dma_disarm(self, rx: bool) -> None:
+        d = self._drx if rx else self._dtx
+        if d is None:
+            return
+        d.ch = None
+        if d.moved < d.items:  # the guest disabled the channel before the block's end
+            if d.wire is not None:
+                d.refuse(f"DMA channel {d.n} disabled while {self.name} moves its frames")
+            if rx:
+                self._drx = None
+            else:
+                self._dtx = None
+
+    def _drop_dma(self) -> None:
+        """SSIENR = 0 empties the FIFOs: blocks no longer armed are forgotten."""
+        for d in (self._dtx, self._drx):
+            if d is not None and d.ch is not None:
+                d.refuse(f"{self.name} disabled while DMA channel {d.n} is armed on it")
+        self._dtx = self._drx = None
+
+    def _dma_wire(self, start: float) -> _Wire:
+        """The SCLK timing of the transaction starting now (header from the TX FIFO)."""
+        unit = (self._reg(BAUDR) & 0xFFFE or 2) / self._src()  # seconds per SCLK cycle
+        if not self.enh:
+            return _Wire(start, (), 0.0, 8 * self._fb * unit)
+        spi = self._reg(SPI_CTRLR0)
+        inst_bits = (0, 4, 8, 16)[spi >> 8 & 3]
+        addr_bits = (spi >> 2 & 0xF) * 4
+        trans_type = spi & 3
+        lines = _LINES.get(self._frf_v, 1)
+        hdr: list[float] = []
+        if inst_bits and self.txq:
+            hdr.append(inst_bits // (lines if trans_type == 2 else 1) * unit)
+        if addr_bits and len(self.txq) > len(hdr):
+            hdr.append(addr_bits // (lines if trans_type else 1) * unit)
+        return _Wire(start, hdr, (spi >> 11 & 0x1F) * unit, 8 * self._fb // lines * unit)
+
+    def _dma_select(self, dtx: _Dma | None, drx: _Dma | None) -> None:
+        """The slave is selected with DMA enabled: the transaction's frames move at SCLK
+        pace from now, and the flash sees them (receive: answers them) in bulk."""
+        now = self._now()
+        d = dtx or drx
+        assert d is not None
+        tmod = self._tmod_v
+        if dtx is not None and drx is not None:
+            d.refuse(f"{self.name}: DMA in both directions in one transaction (not modelled)")
+            return
+        if (d.rx and tmod not in ((TMOD_RX,) if self.enh else (TMOD_RX, TMOD_EEPROM))) or (
+            not d.rx and tmod != TMOD_TX
+        ):
+            way = "receive" if d.rx else "transmit"
+            d.refuse(f"{self.name}: DMA {way} in TMOD {tmod} (not modelled)")
+            return
+        self._live = d
+        d.wire = self._dma_wire(now)
+        if not d.rx:
+            d.end = d.wire.done(d.queued + d.items - 1)
+            if not self.enh:
+                self.flash.select(now)
+                pending, self.txq = self.txq, []
+                self._shift(pending, now)
+            self._dma_sync(now)
+            return
+        n = self._reg(CTRLR1) + 1
+        if n != d.items:
+            d.refuse(f"{self.name} CTRLR1 asks for {n} frames, DMA channel {d.n} for {d.items}")
+            return
+        if self.enh:
+            d.first = d.wire.h
+            rx = self._enhanced(rx_frames=n, charge=False)
+        else:
+            self.flash.select(now)
+            cmd, self.txq = self.txq, []
+            self._shift(cmd, now)
+            d.first = len(cmd)
+            rx = self.flash.exchange(bytes(n * self._fb), now)
+        d.values = _wire_frames(rx, self._fb)
+        d.end = d.wire.done(d.first + n - 1)
+
+    def _shift(self, frames: Sequence[int], at: float) -> None:
+        """Standard-mode frames to the flash at once (their SCLK time is the wire's)."""
+        if len(frames):
+            data = _wire_bytes(frames, self._fb)
+            if self._first < 0:
+                self._first = data[0]
+            self.flash.exchange(data, at)
+
+    def _dma_sync(self, now: float) -> None:
+        """Move the DMA items that have moved by ``now`` (the DMAC's dma_sync)."""
+        d = self._dtx
+        if d is not None and d.ch is not None and d.t0 is not None:
+            n = d.entered(now)
+            if n > d.moved:
+                at = d.burst_at((n - 1) // d.burst)
+                count, d.moved = n - d.moved, n
+                values = d.ch.take(count, at)  # the last burst completes the channel
+                if self.selected and not self.enh:
+                    self._shift(values, at)
+                else:
+                    self.txq += values
+        d = self._drx
+        if d is not None and d.ch is not None and d.values is not None:
+            got = d.arrived(now)
+            got -= got % d.burst  # a burst leaves the FIFO once complete
+            if got > d.moved and d.wire is not None:
+                values = d.values[d.moved : got]
+                d.moved = got
+                d.ch.put(values, d.wire.done(d.first + got - 1))  # the last completes it
+
+    def _dma_status(self, offset: int, d: _Dma) -> int:
+        """TXFLR, RXFLR or SR while a DMA transaction runs, from its wire times. Tight
+        BUSY polls stall the core to the transaction's end (the DMA goes on without the
+        CPU), as a PIO transfer's time is charged: the slice goes on."""
+        now = self._now()
+        assert d.wire is not None
+        if d.rx:
+            level = d.arrived(now) % d.burst
+        else:
+            begun = d.wire.count(now, d.wire.begins)
+            level = max(0, d.queued + d.entered(now) - begun)
+        if offset == TXFLR:
+            return 0 if d.rx else level
+        if offset == RXFLR:
+            return level if d.rx else 0
+        busy = now < d.end
+        if busy:
+            tight = now - self._wire_poll_t <= TIGHT_POLL_GAP
+            self._wire_polls = self._wire_polls + 1 if tight else 1
+            self._wire_poll_t = now
+            if self._wire_polls >= BUSY_POLLS_BEFORE_SKIP:
+                self._wire_polls = 0
+                self._stall(d.end - now)  # the rest of the spin, as PIO transfers charge it
+        if d.rx:
+            return int(busy) | 0x06 | (0x08 if level else 0)
+        return int(busy) | (0x02 if level < FIFO_DEPTH else 0) | (0x04 if not level else 0)
+
+    def _dma_deselect(self, d: _Dma) -> None:
+        """The slave is deselected after a DMA transaction (before its end: not modelled)."""
+        now = self._now()
+        self._dma_sync(now)
+        if d.ch is not None or now < d.end:
+            d.refuse(
+                f"{self.name} deselected at {now:.9f} s before the end of DMA channel"
+                f" {d.n}'s transfer ({d.end:.9f} s)"
+            )
+        self._live = None
+        if d.rx:
+            self._drx = None
+        else:
+            self._dtx = None
+        if not self.enh:
+            self.flash.deselect(now)
+        elif not d.rx and self.txq:
+            self._enhanced(charge=False)
         self.selected = False
         self.rx_left = 0
