@@ -264,7 +264,9 @@ class Channel:
             self.endpoint = None
             self.dmac.armed.remove(self)
             return halt(f"{name} (request {request}): {refused}")
-        if self.enabled:
+        if self.enabled and math.isfinite(endpoint.dma_due()):
+            # a block whose end is known ends the slice, so the next one stops there; an
+            # SPI3 block learns its end only when the guest selects the chip
             self.dmac.end_slice()
         return None
 
