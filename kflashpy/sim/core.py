@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from unicorn import (
     UC_ARCH_RISCV,
+    UC_HOOK_BLOCK,
     UC_HOOK_CODE,
     UC_HOOK_INTR,
     UC_HOOK_MEM_WRITE,
@@ -233,6 +234,8 @@ class Core:
         self._learn_after = 0.0
         self._armed = False  # stores are being watched for one wait-loop iteration
         self._alias_guard: int | None = None  # see _guard_alias
+        self._code_hooks = 0  # code hooks installed besides unicorn's counter
+        self._retranslate = False  # see _count_code_hook
         # (alias address, callback, handles) of instruction hooks deferred by the guard
         self._alias_waiting: list[tuple[int, Any, list[int]]] = []
         self.idle_skips = 0
@@ -401,10 +404,18 @@ class Core:
             self._hook_counting_loop(lo + 2 * at, reg, step)
 
     def _hook_counting_loop(self, addr: int, reg: int, step: int) -> None:
+        """Give the counting loop at ``addr`` its skipper, as a block hook in both SRAM
+        views: unicorn calls a block hook only from blocks that start at its address (the
+        loop's own block, which its branch jumps back to), where a code hook would cost
+        every instruction everywhere (see :meth:`_count_code_hook`). Blocks already
+        translated there are dropped, so that their next translation calls it."""
         if self._count_cell is not None and addr not in self._loops:  # needs the exact count
             self._loops.add(addr)
-            skipper = self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step)
-            self._hook_raw(addr, skipper, _CODE)
+            ptr = _CODE(self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step))
+            self._keep.append(ptr)
+            for at in (addr, addr - SRAM_BASE + SRAM_ALIAS):
+                self._add_hook(ptr, at, at, UC_HOOK_BLOCK)
+                self.uc.ctl_remove_cache(at, at + 4)  # type: ignore[attr-defined]
 
     def _find_counting_loop(self, pc: int) -> None:
         """A slice ended at ``pc``: if that is inside a counting loop, hook the loop. Code
@@ -449,6 +460,8 @@ class Core:
 
     def _add_hook(self, ptr: Any, begin: int, end: int, kind: int = UC_HOOK_CODE) -> int:
         """Install a raw ctypes hook of ``kind`` on ``begin..end``; return its handle."""
+        if kind == UC_HOOK_CODE:
+            self._count_code_hook(1)
         handle = ctypes.c_size_t()
         status = _uc_hook_add(
             self._uch,
@@ -463,18 +476,36 @@ class Core:
             raise UcError(status)
         return handle.value
 
+    def _del_code_hook(self, handle: int) -> None:
+        _uc_hook_del(self._uch, handle)
+        self._count_code_hook(-1)
+
+    def _count_code_hook(self, change: int) -> None:
+        """Keep count of the installed code hooks; when the first comes or the last goes,
+        translated code is dropped before the next slice (:meth:`_run`).
+
+        ``count``-limited slices need unicorn's counter, itself a code hook. While it is
+        the only one, unicorn translates each instruction with a direct call to it;
+        with any other, with a call to ``helper_uc_tracecode``, which walks the whole
+        code-hook list (about 2.5 ns per guest instruction against 8-10 ns with three
+        or four hooks). The choice is made when a block is translated: a block
+        translated with the counter alone never calls a code hook added later, and one
+        translated with more keeps walking the list after they are gone."""
+        before = self._code_hooks
+        self._code_hooks += change
+        if (before == 0) != (self._code_hooks == 0):
+            self._retranslate = True
+
     def _guard_alias(self) -> None:
         """Defer the alias views' instruction hooks until code runs from the alias.
 
         ``count``-limited slices make unicorn walk its whole code-hook list on every
-        instruction, so each hook costs time everywhere; programs rarely run from the
-        alias. One hook on the whole alias installs the deferred ones the first time it
-        fires (they are appended to the list being walked, so they still see the
-        instruction that fired it) and removes itself. It must be a code hook (a block
-        hook would be cheaper): unicorn emits the per-instruction hook call only into
-        blocks translated while some code hook besides its counter exists, and wait-loop
-        hooks added later rely on that call being there in programs without ``mret`` or
-        ``csrr mip``."""
+        instruction, so each code hook costs time everywhere; programs rarely run from
+        the alias. One block hook on the whole alias (which costs only blocks translated
+        there) installs the deferred ones the first time it fires, before the block's
+        first instruction, and removes itself. Deferred hooks always have their twin in
+        the main view installed, so the block was translated with the code-hook walk
+        and they see its instructions."""
         core = self
 
         def first(_h: object) -> None:
@@ -485,7 +516,8 @@ class Core:
 
         ptr = _CODE(first)
         self._keep.append(ptr)
-        self._alias_guard = self._add_hook(ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1)
+        end = SRAM_ALIAS + SRAM_SIZE - 1
+        self._alias_guard = self._add_hook(ptr, SRAM_ALIAS, end, UC_HOOK_BLOCK)
 
     def _unguard_alias(self) -> None:
         if self._alias_guard is None:
@@ -674,8 +706,9 @@ class Core:
         return on_csrr_mip
 
     def _counting_loop_skipper(self, reg: int, step: int) -> Any:
-        """The code hook for the ``addi`` of a two-instruction counting loop (see
-        :func:`counting_loops`): it runs the loop's iterations in one step. The register
+        """The block hook of a two-instruction counting loop (see :func:`counting_loops`;
+        called as the loop's block starts, before its ``addi`` is counted): it runs the
+        loop's iterations in one step. The register
         gets the value it would have after them and unicorn's instruction counter the
         instructions they take, but only up to the running slice's budget, so the slice
         still ends at the same instruction and everything after the loop sees the same
@@ -690,7 +723,8 @@ class Core:
             try:
                 if not core._in_slice:
                     return  # single-stepping (idle-loop tracing): no budget to fill
-                room = (core._budget - cell.value) // 2  # whole iterations that fit
+                # whole iterations that fit, with the addi this block starts with
+                room = (core._budget - cell.value - 1) // 2
                 if room < 1:
                     return
                 _uc_reg_read(uch, reg, pval)
@@ -791,6 +825,9 @@ class Core:
                     self._enter_trap(cause, pc)
                     pc = self._rr(rv.UC_RISCV_REG_PC)
             t_stop = self._next_event(t_end, mie)
+            if self._retranslate:  # see _count_code_hook
+                self._retranslate = False
+                self.uc.ctl_flush_tb()  # type: ignore[attr-defined]
             count = max(MIN_SLICE, int(min(t_stop - board.now, MAX_SLICE_S) * self.cpu_hz))
             self._stall = 0.0
             self._budget, self._accounted = count, 0
@@ -1000,7 +1037,7 @@ class Core:
         self._armed = False
         handles = self._heads.pop(address, [])
         for handle in handles:
-            _uc_hook_del(self._uch, handle)
+            self._del_code_hook(handle)
         self._alias_waiting = [w for w in self._alias_waiting if w[2] is not handles]
         self._suspended[address] = self.board.now + HEAD_SUSPEND
 
