@@ -236,6 +236,7 @@ class Core:
         self._alias_guard: int | None = None  # see _guard_alias
         self._code_hooks = 0  # code hooks installed besides unicorn's counter
         self._retranslate = False  # see _count_code_hook
+        self._regs_fresh = False  # see _run
         # (alias address, callback, handles) of instruction hooks deferred by the guard
         self._alias_waiting: list[tuple[int, Any, list[int]]] = []
         self.idle_skips = 0
@@ -356,6 +357,7 @@ class Core:
     def _rw(self, reg: int, value: int) -> None:
         self._val.value = value & 0xFFFF_FFFF_FFFF_FFFF
         _uc_reg_write(self._uch, reg, self._pval)
+        self._regs_fresh = False
 
     def _gprs(self) -> bytes:
         """x1..x31 as one bytes object (cheap to compare)."""
@@ -385,6 +387,7 @@ class Core:
 
     def _emu(self, pc: int, count: int) -> int:
         """Run at most ``count`` instructions from ``pc``; the engine's status (0 = ok)."""
+        self._regs_fresh = False
         return _uc_emu_start(self._uch, pc, _UNTIL, 0, count)  # type: ignore[no-any-return]
 
     def _install_code_hooks(self, span: tuple[int, int]) -> None:
@@ -807,8 +810,16 @@ class Core:
         _uc_emu_stop(self._uch)
 
     def _run(self, t_end: float) -> None:
+        """The slice loop. Host cost per slice matters (tens of thousands per virtual
+        second): the engine call and the instruction counter are used inline, and the
+        registers read after a slice (mstatus, mie, mtvec, pc, mepc in one call) serve
+        the next slice's start unless something ran or wrote a register in between
+        (``_regs_fresh``, cleared by :meth:`_rw` and :meth:`_emu`)."""
         board = self.board
         self._halt_reason = ""
+        self._regs_fresh = False
+        uch, regs, cell = self._uch, self._trap_vals, self._count_cell
+        ids, ptrs, n_regs = self._trap_ids, self._trap_ptrs, len(_TRAP_READ)
         while board.now < t_end and board.core is self and not self._interrupted:
             if self._asleep:  # in wfi: nothing runs until an interrupt is pending
                 wake = self._wfi_wake(t_end)
@@ -817,7 +828,8 @@ class Core:
                     continue
                 self._asleep = False
             self._sync_rx()
-            regs = self._trap_regs()
+            if not self._regs_fresh:
+                _uc_reg_read_batch(uch, ids, ptrs, n_regs)  # self._trap_regs()
             mie, pc = regs[1], regs[3]
             if regs[0] & MSTATUS_MIE:
                 cause = self._pending_cause(mie)
@@ -834,26 +846,31 @@ class Core:
             self._skip = None
             self._idle_hit = False
             self._head_visits = 0
-            marks = (self._mmio_count, self.traps)
+            mmio, traps = self._mmio_count, self.traps
             self._in_slice = True
             try:
-                status = self._emu(pc, count)
+                status = _uc_emu_start(uch, pc, _UNTIL, 0, count)  # self._emu(pc, count)
             finally:
                 self._in_slice = False
+            _uc_reg_read_batch(uch, ids, ptrs, n_regs)
+            self._regs_fresh = True
+            pc = regs[3]
             if status:
-                pc = self._rr(rv.UC_RISCV_REG_PC)
                 board.halt(f"{UcError(status)} at 0x{pc:08x}")
                 return
             self.slices += 1
-            done = self._icount.executed(count)
-            if done is None:  # estimate: a slice stopped early ran half its budget
+            if cell is not None:  # InstructionCounter.executed() inlined
+                done = cell.value
+                if done > count:
+                    done = count
+            else:  # estimate: a slice stopped early ran half its budget
                 early = self._skip is not None or self._idle_hit or self._reset_requested
                 done = count // 2 if early else count
             self.instructions += done
             board.now += (done - self._accounted) / self.cpu_hz + self._stall
             self._stall = 0.0
-            self._watch_stores(False)
-            pc = self._rr(rv.UC_RISCV_REG_PC)
+            if self._store_hook is not None:
+                self._watch_stores(False)
             probes = self._loop_probes
             if done == count and len(probes) < MAX_LOOP_PROBES and pc not in probes:
                 self._find_counting_loop(pc)
@@ -878,14 +895,16 @@ class Core:
                 self.idle_skips += 1
                 continue
             elif self._idle_hit or (
-                marks == (self._mmio_count, self.traps) and self._learn_idle_loop()
+                mmio == self._mmio_count and traps == self.traps and self._learn_idle_loop()
             ):
                 target = t_end
                 self.idle_skips += 1
             else:
                 continue
-            mie = self._rr(rv.UC_RISCV_REG_MIE)
-            board.now = max(board.now, min(target, self._next_event(t_end, mie)))
+            if not self._regs_fresh:  # the idle-loop tracing ran instructions
+                _uc_reg_read_batch(uch, ids, ptrs, n_regs)
+                self._regs_fresh = True
+            board.now = max(board.now, min(target, self._next_event(t_end, regs[1])))
 
     def _wfi_wake(self, t_end: float) -> float | None:
         """When a hart in ``wfi`` resumes (None: not before ``t_end``; it sleeps on in
@@ -1052,10 +1071,11 @@ class Core:
         """Did the slice stop (at ``pc``) after a ``wfi``? (Asked after most slices: the
         word is read from the SRAM buffer when it lies there, without a round trip
         through unicorn.)"""
-        for base in (SRAM_BASE, SRAM_ALIAS):
-            if base + 4 <= pc <= base + SRAM_SIZE:
-                off = pc - 4 - base
-                return self.board.sram.data[off : off + 4] == _WFI_BYTES
+        off = pc - 4 - SRAM_BASE
+        if not 0 <= off <= SRAM_SIZE - 4:
+            off = pc - 4 - SRAM_ALIAS
+        if 0 <= off <= SRAM_SIZE - 4:
+            return self.board.sram.data[off : off + 4] == _WFI_BYTES
         try:
             insn = self.uc.mem_read(pc - 4, 4)
         except UcError:
