@@ -158,35 +158,46 @@ def counting_loops(words: np.ndarray) -> list[tuple[int, int, int]]:
     writes nothing else, so its iterations can be run in one step
     (``Core._counting_loop_skipper``).
     """
-    found = []
     half = words & 0xFFFF
     # c.addi rd, imm (funct3 000, op 01) with imm = +-1; addi rd, rd, +-1
     c_addi = ((half & 0xE003) == 0x0001) & (((half >> 7) & 0x1F) != 0)
     addi = ((words & 0x707F) == 0x0013) & (((words >> 7) & 0x1F) == ((words >> 15) & 0x1F))
+    found = []
     for idx in np.flatnonzero(c_addi | addi):
-        w = int(words[idx])
-        if w & 3 == 3:
-            reg, step, size = w >> 7 & 0x1F, _signed(w >> 20, 12), 2
-        else:
-            reg, size = w >> 7 & 0x1F, 1
-            step = _signed((w >> 12 & 1) << 5 | (w >> 2 & 0x1F), 6)
-        if step not in (1, -1) or reg == 0 or idx + size >= len(words):
-            continue
-        b = int(words[idx + size])
-        if b & 0xE003 == 0xE001 and b & 3 != 3:  # c.bnez rs1', offset
-            rs1 = 8 + (b >> 7 & 7)
-            off = (b >> 12 & 1) << 8 | (b >> 5 & 3) << 6 | (b >> 2 & 1) << 5
-            off |= (b >> 10 & 3) << 3 | (b >> 3 & 3) << 1
-            off = _signed(off, 9)
-        elif b & 0x01F0_707F == 0x0000_1063:  # bne rs1, x0, offset
-            rs1 = b >> 15 & 0x1F
-            off = (b >> 31 & 1) << 12 | (b >> 7 & 1) << 11 | (b >> 25 & 0x3F) << 5
-            off = _signed(off | (b >> 8 & 0xF) << 1, 13)
-        else:
-            continue
-        if rs1 == reg and off == -2 * size:
-            found.append((int(idx), reg, step))
+        loop = _counting_loop_at(words, int(idx))
+        if loop is not None:
+            found.append((int(idx), *loop))
     return found
+
+
+def _counting_loop_at(words: Any, idx: int) -> tuple[int, int] | None:
+    """(register, step) of the counting loop whose ``addi`` is at halfword ``idx`` of
+    ``words`` (as in :func:`counting_loops`, an array or a list), or None."""
+    w = int(words[idx])
+    if w & 3 == 3:
+        if w & 0x707F != 0x0013 or w >> 7 & 0x1F != w >> 15 & 0x1F:
+            return None
+        reg, step, size = w >> 7 & 0x1F, _signed(w >> 20, 12), 2
+    else:
+        if w & 0xE003 != 0x0001:
+            return None
+        reg, size = w >> 7 & 0x1F, 1
+        step = _signed((w >> 12 & 1) << 5 | (w >> 2 & 0x1F), 6)
+    if step not in (1, -1) or reg == 0 or idx + size >= len(words):
+        return None
+    b = int(words[idx + size])
+    if b & 0xE003 == 0xE001 and b & 3 != 3:  # c.bnez rs1', offset
+        rs1 = 8 + (b >> 7 & 7)
+        off = (b >> 12 & 1) << 8 | (b >> 5 & 3) << 6 | (b >> 2 & 1) << 5
+        off |= (b >> 10 & 3) << 3 | (b >> 3 & 3) << 1
+        off = _signed(off, 9)
+    elif b & 0x01F0_707F == 0x0000_1063:  # bne rs1, x0, offset
+        rs1 = b >> 15 & 0x1F
+        off = (b >> 31 & 1) << 12 | (b >> 7 & 1) << 11 | (b >> 25 & 0x3F) << 5
+        off = _signed(off | (b >> 8 & 0xF) << 1, 13)
+    else:
+        return None
+    return (reg, step) if rs1 == reg and off == -2 * size else None
 
 
 def _vector(tvec: int, cause: int) -> int:
@@ -429,10 +440,13 @@ class Core:
         off = Sram.offset(pc - 2, 8)
         if off is None:
             return
-        raw = np.frombuffer(self.board.sram.data, dtype=np.uint16, count=4, offset=off)
-        words = raw[:-1].astype(np.uint32) | (raw[1:].astype(np.uint32) << 16)
-        for idx, reg, step in counting_loops(words):
-            self._hook_counting_loop(pc - 2 + 2 * idx, reg, step)
+        # the words at the three halfwords from pc - 2 (numpy costs more than it saves)
+        code = int.from_bytes(self.board.sram.data[off : off + 8], "little")
+        words = [code >> (16 * i) & 0xFFFF_FFFF for i in range(3)]
+        for idx in range(3):
+            loop = _counting_loop_at(words, idx)
+            if loop is not None:
+                self._hook_counting_loop(pc - 2 + 2 * idx, *loop)
 
     def _hook(self, addr: int, callback: Any, data: object) -> list[int]:
         """Hook one instruction in both SRAM views (code may run from the alias) with
