@@ -909,7 +909,7 @@ class Core:
                 self.idle_skips += 1
                 continue
             elif self._idle_hit or (
-                mmio == self._mmio_count and traps == self.traps and self._learn_idle_loop()
+                mmio == self._mmio_count and traps == self.traps and self._learn_idle_loop(pc)
             ):
                 target = t_end
                 self.idle_skips += 1
@@ -1000,8 +1000,9 @@ class Core:
 
         return on_store
 
-    def _learn_idle_loop(self) -> bool:
-        """After a slice without MMIO or traps: is the hart spinning in a wait loop?
+    def _learn_idle_loop(self, start: int) -> bool:
+        """After a slice without MMIO or traps, stopped at ``start``: is the hart spinning
+        in a wait loop?
 
         Single-step until a (PC, registers) state repeats with no store that changed
         memory in between. Then the loop can only be left through memory that an interrupt or a
@@ -1010,7 +1011,6 @@ class Core:
         memory (delays, computations) are not idle and keep running instruction by
         instruction.
         """
-        start = self._rr(rv.UC_RISCV_REG_PC)
         if self.board.now < self._learn_after or start in self._heads or start in self._suspended:
             return False  # tracing is costly: not again so soon, nor where a hook watches
         self._learn_after = self.board.now + LEARN_BACKOFF
