@@ -422,14 +422,16 @@ class Core:
         views: unicorn calls a block hook only from blocks that start at its address (the
         loop's own block, which its branch jumps back to), where a code hook would cost
         every instruction everywhere (see :meth:`_count_code_hook`). Blocks already
-        translated there are dropped, so that their next translation calls it."""
+        translated there (once the engine has run) are dropped, so that their next
+        translation calls it."""
         if self._count_cell is not None and addr not in self._loops:  # needs the exact count
             self._loops.add(addr)
             ptr = _CODE(self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step))
             self._keep.append(ptr)
             for at in (addr, addr - SRAM_BASE + SRAM_ALIAS):
                 self._add_hook(ptr, at, at, UC_HOOK_BLOCK)
-                self.uc.ctl_remove_cache(at, at + 4)  # type: ignore[attr-defined]
+                if self.slices:
+                    self.uc.ctl_remove_cache(at, at + 4)  # type: ignore[attr-defined]
 
     def _find_counting_loop(self, pc: int) -> None:
         """A slice ended at ``pc``: if that is inside a counting loop, hook the loop. Code
