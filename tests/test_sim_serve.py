@@ -118,44 +118,6 @@ def test_busy_board_runs_ahead_of_the_host_clock(running: Running) -> None:
     assert dt < dv / 2
 
 
-def test_client_output_flush_drops_what_the_line_has_not_sent() -> None:
-    """reset_output_buffer (tcflush TCOFLUSH) on the pty drops the bytes the board's line
-    has not started to send, as a real port's driver buffer does: 21 s of NOP frames at
-    115200 are cut to what was on the line (the Ctrl-C'd burn's case: otherwise the
-    board first works through every frame the client had queued). Stepped by hand, so
-    that the board cannot run through the frames before the flush."""
-    frame = encode(legacy_short_request(RomOp.NOP))
-    board = VirtualBoard(BoardConfig())
-    server = PtyServer(board)
-    events: list[str] = []
-    server.on_event = events.append
-
-    def step_until(predicate) -> None:
-        deadline = time.monotonic() + 5
-        while not predicate():
-            assert time.monotonic() < deadline, events
-            server.step(0.01)
-
-    try:
-        with serial.Serial(server.path, 115200, timeout=0.2) as port:
-            step_until(lambda: server.client)
-            port.write(frame * 16000)  # 240 000 bytes
-            step_until(lambda: board.to_board.pending() > 200_000)
-            port.reset_output_buffer()
-            step_until(lambda: any("flushed" in e for e in events))
-            assert board.to_board.pending() < 5000  # the byte on the line, the pty's rest
-            (event,) = [e for e in events if "flushed" in e]
-            assert int(event.split(": ")[1].split()[0]) > 195_000, event
-            running = Running(server)  # the next greeting is answered as usual
-            port.reset_input_buffer()
-            assert greet(port).endswith(REPLY)
-            server.stop()
-            running.thread.join(5)
-    finally:
-        server.close()
-        board.close()
-
-
 def test_control_fifo_and_on_open(running: Running) -> None:
     with open_port(running) as port:
         running.wait_for(lambda: running.board.stage == "isp")

@@ -25,17 +25,6 @@ idles waiting for the host, its clock follows the host's, as long as a client ha
 port open: with nobody there, the board finishes its own work and then waits. So a
 client that sleeps 0.5 s costs 0.5 virtual seconds, and emulation speed never shows up
 as virtual time.
-
-Output flushes. The reader thread takes the client's bytes as soon as they are written,
-so they wait on the board's line, not in the pty. A client that flushes its output
-(``reset_output_buffer``: ``tcflush(TCOFLUSH)``) means to drop those that have not gone
-out yet, as a real port's driver does; a Ctrl-C'd burn does it to cut the frames it had
-queued. The master runs in packet mode (``TIOCPKT``), where the kernel reports such a
-flush, and the server then drops what the board's line has not started to send, as the
-in-process port does. Without it the board first received every queued frame, in real
-time: a Ctrl-C'd 1.5 Mbaud burn took 0.75–1.3 s to stop instead of about 0.1 s. (Bytes
-the kernel had already handed to the master's read buffer are read after the report
-and still arrive, up to about 4 KiB.)
 """
 
 from __future__ import annotations
@@ -151,14 +140,6 @@ class PtyServer:
         tty.setraw(slave)  # no echo of board output before the client configures the port
         os.close(slave)
         os.set_blocking(self._master, False)
-        # packet mode: reads carry a leading status byte, and a flush of the client's
-        # output is reported (see the module doc)
-        self._packet = hasattr(termios, "TIOCPKT")
-        if self._packet:
-            try:
-                fcntl.ioctl(self._master, termios.TIOCPKT, struct.pack("i", 1))
-            except OSError:
-                self._packet = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._poll = select.poll()
@@ -338,9 +319,6 @@ class PtyServer:
             if kind == "data":
                 board.host_write(value)
                 self._last_activity = board.now
-            elif kind == "flush":
-                dropped = board.to_board.drop_unsent(board.now)
-                self._event(f"client flushed its output: {dropped} bytes not sent")
             elif kind == "baud":
                 self.baud = value
                 board.set_host_baud(value)
@@ -392,10 +370,6 @@ class PtyServer:
             if flags & select.POLLIN:
                 with contextlib.suppress(BlockingIOError, OSError):
                     data = os.read(self._master, 65536)
-                    if data and self._packet:
-                        status, data = data[0], data[1:]
-                        if status & termios.TIOCPKT_FLUSHWRITE:
-                            self._post("flush", None)
                     if data:
                         if not client:
                             client = True
