@@ -176,22 +176,30 @@ def test_ctrl_c_at_a_low_baud_drops_the_unsent_frames(stub):
     answers well within a second of board time; the next burn finishes the job."""
     payload = os.urandom(192 * 1024)
     region = WriteRegion(0x300000, payload, "model")
-    marks: list[float] = []
     with kflashpy.connect(SIM, board="maix-bit", baud=115200, stub=stub) as dev:
         board = dev.port.sim_board
-
-        def stop_in_the_first_frame(ev):
-            if ev.stage == "write" and ev.done > 0 and not marks:
-                marks.append(board.now)
-                raise KeyboardInterrupt
-
-        with pytest.raises(Interrupted) as e:
-            burn_on(dev, [region], reboot=False, progress=stop_in_the_first_frame)
-        assert board.now - marks[0] < 1.0
+        error, stopping = _ctrl_c_in_the_first_frame(dev, region)
+        assert stopping < 1.0
         assert board.to_board.pending() == 0  # nothing left on the wire
-        assert "cut short: model" in e.value.message
+        assert "cut short: model" in error.message
         burn_on(dev, [region], reboot=False)
         assert board.flash.read(0x300000, len(payload)) == payload
+
+
+def _ctrl_c_in_the_first_frame(dev, region: WriteRegion) -> tuple[Interrupted, float]:
+    """Burn ``region``, Ctrl-C once the first frame is acknowledged: (the error, the
+    board seconds from the Ctrl-C to the end of the burn)."""
+    board = dev.port.sim_board
+    marks: list[float] = []
+
+    def stop_in_the_first_frame(ev):
+        if ev.stage == "write" and ev.done > 0 and not marks:
+            marks.append(board.now)
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as e:
+        burn_on(dev, [region], reboot=False, progress=stop_in_the_first_frame)
+    return e.value, board.now - marks[0]
 
 
 def test_ctrl_c_waits_a_bounded_time_for_a_busy_board(tmp_path):
@@ -207,20 +215,11 @@ def test_ctrl_c_waits_a_bounded_time_for_a_busy_board(tmp_path):
     region = WriteRegion(0x40000, payload, "model")
     url = f"{SIM}&flash={flash}&flash_size=1M&timing=worst"
     with kflashpy.connect(url, board="maix-bit", baud=1500000) as dev:
-        board = dev.port.sim_board
-        marks: list[float] = []
-
-        def stop_in_the_first_frame(ev):
-            if ev.stage == "write" and ev.done > 0 and not marks:
-                marks.append(board.now)
-                raise KeyboardInterrupt
-
-        with pytest.raises(Interrupted) as e:
-            burn_on(dev, [region], reboot=False, progress=stop_in_the_first_frame)
-        assert board.now - marks[0] < SETTLE_S + 0.05
-        assert f"did not answer within {SETTLE_S:g} s" in e.value.hint, e.value.hint
+        error, stopping = _ctrl_c_in_the_first_frame(dev, region)
+        assert stopping < SETTLE_S + 0.05
+        assert f"did not answer within {SETTLE_S:g} s" in error.hint, error.hint
         burn_on(dev, [region], reboot=False)
-        assert board.flash.read(0x40000, len(payload)) == payload
+        assert dev.port.sim_board.flash.read(0x40000, len(payload)) == payload
 
 
 def test_wire_flush_keeps_the_bytes_already_on_the_line():
