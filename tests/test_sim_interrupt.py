@@ -131,6 +131,29 @@ def test_killed_client_mid_burn_then_the_next_client_works(tmp_path: Path) -> No
         server.kill()
 
 
+def test_ctrl_c_of_a_burn_over_sim_serve(tmp_path: Path) -> None:
+    """Ctrl-C of a burn through `sim serve`: exit 130 with the report (the board, still
+    receiving the frames the server had taken, is given a bounded time to answer:
+    docs/burning.md "Ctrl-C"), and the next client is answered."""
+    (tmp_path / "data.bin").write_bytes(os.urandom(400_000))
+    server, link = _serve(tmp_path)
+    client = _kflashpy("-p", str(link), "-B", "maix-bit", "burn", "0x300000",
+                       str(tmp_path / "data.bin"))  # fmt: skip
+    try:
+        lines = _wait_line(client, "data.bin: 25%", 120)
+        client.send_signal(signal.SIGINT)
+        assert client.wait(60) == 130
+        _next_client_works(link)
+        server.send_signal(signal.SIGINT)
+        assert server.wait(10) == 0
+    finally:
+        client.kill()
+        server.kill()
+    out = "".join(lines)
+    assert "interrupted by Ctrl-C" in out and "cut short: " in out, out
+    assert "run the same burn again to finish" in out, out
+
+
 def test_partial_frame_and_two_clients_then_the_next_client_works(tmp_path: Path) -> None:
     server, link = _serve(tmp_path)
     try:

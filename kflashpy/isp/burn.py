@@ -26,7 +26,6 @@ regions were written, which were cut short (and how far), and which were not tou
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +51,10 @@ from .stage2 import (
     join_pieces,
     sector_blocks,
 )
+
+#: after Ctrl-C, the longest wait for the board to finish the frames it has (port
+#: seconds), greeting it every SETTLE_TRY_S: the process ends within a second
+SETTLE_S, SETTLE_TRY_S = 0.6, 0.1
 
 
 @dataclass(frozen=True)
@@ -243,17 +246,24 @@ def _labelled(progress: ProgressFn | None, label: str, sink: list[int]) -> Progr
     return fn
 
 
-def _settle(s2: Stage2) -> None:
+def _settle(s2: Stage2) -> bool:
     """After Ctrl-C: drop the frames still waiting in the host's output buffer (at a
     low baud they would take seconds; cut, the one on the line fails its CRC and is
-    never programmed), then let the board finish the frame it has, so it is idle and
-    answering."""
+    never programmed), then let the board finish the frames it has, so it is idle and
+    answering. True if it answered within ``SETTLE_S``. A greeting goes out every
+    ``SETTLE_TRY_S``: the flasher drops one that arrives while its receive slots are
+    all taken by frames waiting to be programmed, and one answer is enough."""
     s2.link.discard_output()
-    with contextlib.suppress(KflashError):  # the board may be gone: the report says so
-        s2.greet(attempts=3)
+    try:
+        s2.greet(attempts=round(SETTLE_S / SETTLE_TRY_S), timeout=SETTLE_TRY_S)
+    except KflashError:  # still busy, or gone: the report says so
+        return False
+    return True
 
 
-def _interrupted(results: list[RegionResult], at_risk: list[AtRisk]) -> Interrupted:
+def _interrupted(
+    results: list[RegionResult], at_risk: list[AtRisk], idle: bool = True
+) -> Interrupted:
     done = [r.label for r in results if r.status in ("written", "skipped")]
     cut = [r for r in results if r.status == "interrupted"]
     todo = [r.label for r in results if r.status == "not written"]
@@ -268,10 +278,15 @@ def _interrupted(results: list[RegionResult], at_risk: list[AtRisk]) -> Interrup
     if todo:
         parts.append(f"not touched: {', '.join(todo)}")
     risk = "; ".join(r.describe() for r in at_risk)
+    state = (
+        "the board is idle in ISP mode"
+        if idle
+        else f"the board did not answer within {SETTLE_S:g} s (it may still be programming "
+        "the frames it had received, or be gone)"
+    )
     error = Interrupted(
         "interrupted by Ctrl-C; " + "; ".join(parts),
-        "the board is idle in ISP mode; run the same burn again to finish"
-        + (f" (it rewrites {risk})" if risk else ""),
+        f"{state}; run the same burn again to finish" + (f" (it rewrites {risk})" if risk else ""),
     )
     error.at_risk = at_risk  # type: ignore[attr-defined]
     return error
@@ -393,9 +408,9 @@ def write_regions(
         except KeyboardInterrupt:
             res.status, res.done = "interrupted", sink[0]
             res.seconds = dev.link.now() - start
-            _settle(s2)
+            idle = _settle(s2)
             at_risk = _at_risk(s2, region, ledger, kept, keeping)
-            raise _interrupted(results, at_risk) from None
+            raise _interrupted(results, at_risk, idle) from None
         except KflashError as e:
             if res.status != "written":
                 res.status, res.done = "failed", sink[0]

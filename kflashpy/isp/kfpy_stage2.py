@@ -522,11 +522,11 @@ class KfpyStage2(Stage2):
         )
 
     # --- start-up ---------------------------------------------------------------------
-    def greet(self, attempts: int = 10) -> None:
+    def greet(self, attempts: int = 10, timeout: float | None = None) -> None:
         for _ in range(attempts):
             self.link.send(FlashOp.NOP)
             try:
-                if self.link.recv(FlashOp.NOP, GREETING_TIMEOUT * self.slowness).ok:
+                if self.link.recv(FlashOp.NOP, timeout or GREETING_TIMEOUT * self.slowness).ok:
                     self.link.discard_input()
                     return
             except NoResponseError:

@@ -145,8 +145,10 @@ class Stage2(ABC):
             )
 
     @abstractmethod
-    def greet(self, attempts: int = 10) -> None:
-        """Wait until the flasher answers its NOP; also a barrier for stale replies."""
+    def greet(self, attempts: int = 10, timeout: float | None = None) -> None:
+        """Wait until the flasher answers its NOP; also a barrier for stale replies.
+        Each attempt waits ``timeout`` seconds of port time (default: the flasher's
+        greeting timeout)."""
 
     @abstractmethod
     def flash_init(self) -> None:
@@ -297,11 +299,11 @@ class KflashStage2(Stage2):
         kw.setdefault("timeout", DEFAULT_TIMEOUT)
         return self.link.request(op, address, data, data_len, nop_op=FlashOp.NOP, **kw)
 
-    def greet(self, attempts: int = 10) -> None:
+    def greet(self, attempts: int = 10, timeout: float | None = None) -> None:
         for _ in range(attempts):
             self.link.send(FlashOp.NOP)
             try:
-                if self.link.recv(FlashOp.NOP, GREETING_TIMEOUT).ok:
+                if self.link.recv(FlashOp.NOP, timeout or GREETING_TIMEOUT).ok:
                     self.link.discard_input()
                     return
             except NoResponseError:

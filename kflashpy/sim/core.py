@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from unicorn import (
     UC_ARCH_RISCV,
+    UC_HOOK_BLOCK,
     UC_HOOK_CODE,
     UC_HOOK_INTR,
     UC_HOOK_MEM_WRITE,
@@ -158,35 +159,46 @@ def counting_loops(words: np.ndarray) -> list[tuple[int, int, int]]:
     writes nothing else, so its iterations can be run in one step
     (``Core._counting_loop_skipper``).
     """
-    found = []
     half = words & 0xFFFF
     # c.addi rd, imm (funct3 000, op 01) with imm = +-1; addi rd, rd, +-1
     c_addi = ((half & 0xE003) == 0x0001) & (((half >> 7) & 0x1F) != 0)
     addi = ((words & 0x707F) == 0x0013) & (((words >> 7) & 0x1F) == ((words >> 15) & 0x1F))
+    found = []
     for idx in np.flatnonzero(c_addi | addi):
-        w = int(words[idx])
-        if w & 3 == 3:
-            reg, step, size = w >> 7 & 0x1F, _signed(w >> 20, 12), 2
-        else:
-            reg, size = w >> 7 & 0x1F, 1
-            step = _signed((w >> 12 & 1) << 5 | (w >> 2 & 0x1F), 6)
-        if step not in (1, -1) or reg == 0 or idx + size >= len(words):
-            continue
-        b = int(words[idx + size])
-        if b & 0xE003 == 0xE001 and b & 3 != 3:  # c.bnez rs1', offset
-            rs1 = 8 + (b >> 7 & 7)
-            off = (b >> 12 & 1) << 8 | (b >> 5 & 3) << 6 | (b >> 2 & 1) << 5
-            off |= (b >> 10 & 3) << 3 | (b >> 3 & 3) << 1
-            off = _signed(off, 9)
-        elif b & 0x01F0_707F == 0x0000_1063:  # bne rs1, x0, offset
-            rs1 = b >> 15 & 0x1F
-            off = (b >> 31 & 1) << 12 | (b >> 7 & 1) << 11 | (b >> 25 & 0x3F) << 5
-            off = _signed(off | (b >> 8 & 0xF) << 1, 13)
-        else:
-            continue
-        if rs1 == reg and off == -2 * size:
-            found.append((int(idx), reg, step))
+        loop = _counting_loop_at(words, int(idx))
+        if loop is not None:
+            found.append((int(idx), *loop))
     return found
+
+
+def _counting_loop_at(words: Any, idx: int) -> tuple[int, int] | None:
+    """(register, step) of the counting loop whose ``addi`` is at halfword ``idx`` of
+    ``words`` (as in :func:`counting_loops`, an array or a list), or None."""
+    w = int(words[idx])
+    if w & 3 == 3:
+        if w & 0x707F != 0x0013 or w >> 7 & 0x1F != w >> 15 & 0x1F:
+            return None
+        reg, step, size = w >> 7 & 0x1F, _signed(w >> 20, 12), 2
+    else:
+        if w & 0xE003 != 0x0001:
+            return None
+        reg, size = w >> 7 & 0x1F, 1
+        step = _signed((w >> 12 & 1) << 5 | (w >> 2 & 0x1F), 6)
+    if step not in (1, -1) or reg == 0 or idx + size >= len(words):
+        return None
+    b = int(words[idx + size])
+    if b & 0xE003 == 0xE001 and b & 3 != 3:  # c.bnez rs1', offset
+        rs1 = 8 + (b >> 7 & 7)
+        off = (b >> 12 & 1) << 8 | (b >> 5 & 3) << 6 | (b >> 2 & 1) << 5
+        off |= (b >> 10 & 3) << 3 | (b >> 3 & 3) << 1
+        off = _signed(off, 9)
+    elif b & 0x01F0_707F == 0x0000_1063:  # bne rs1, x0, offset
+        rs1 = b >> 15 & 0x1F
+        off = (b >> 31 & 1) << 12 | (b >> 7 & 1) << 11 | (b >> 25 & 0x3F) << 5
+        off = _signed(off | (b >> 8 & 0xF) << 1, 13)
+    else:
+        return None
+    return (reg, step) if rs1 == reg and off == -2 * size else None
 
 
 def _vector(tvec: int, cause: int) -> int:
@@ -234,6 +246,9 @@ class Core:
         self._learn_after = 0.0
         self._armed = False  # stores are being watched for one wait-loop iteration
         self._alias_guard: int | None = None  # see _guard_alias
+        self._code_hooks = 0  # code hooks installed besides unicorn's counter
+        self._retranslate = False  # see _count_code_hook
+        self._regs_fresh = False  # see _run
         # (alias address, callback, handles) of instruction hooks deferred by the guard
         self._alias_waiting: list[tuple[int, Any, list[int]]] = []
         self.idle_skips = 0
@@ -373,6 +388,7 @@ class Core:
     def _rw(self, reg: int, value: int) -> None:
         self._val.value = value & 0xFFFF_FFFF_FFFF_FFFF
         _uc_reg_write(self._uch, reg, self._pval)
+        self._regs_fresh = False
 
     def _gprs(self) -> bytes:
         """x1..x31 as one bytes object (cheap to compare)."""
@@ -402,6 +418,7 @@ class Core:
 
     def _emu(self, pc: int, count: int) -> int:
         """Run at most ``count`` instructions from ``pc``; the engine's status (0 = ok)."""
+        self._regs_fresh = False
         return _uc_emu_start(self._uch, pc, _UNTIL, 0, count)  # type: ignore[no-any-return]
 
     def _install_code_hooks(self, span: tuple[int, int]) -> None:
@@ -421,10 +438,20 @@ class Core:
             self._hook_counting_loop(lo + 2 * at, reg, step)
 
     def _hook_counting_loop(self, addr: int, reg: int, step: int) -> None:
+        """Give the counting loop at ``addr`` its skipper, as a block hook in both SRAM
+        views: unicorn calls a block hook only from blocks that start at its address (the
+        loop's own block, which its branch jumps back to), where a code hook would cost
+        every instruction everywhere (see :meth:`_count_code_hook`). Blocks already
+        translated there (once the engine has run) are dropped, so that their next
+        translation calls it."""
         if self._count_cell is not None and addr not in self._loops:  # needs the exact count
             self._loops.add(addr)
-            skipper = self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step)
-            self._hook_raw(addr, skipper, _CODE)
+            ptr = _CODE(self._counting_loop_skipper(rv.UC_RISCV_REG_X0 + reg, step))
+            self._keep.append(ptr)
+            for at in (addr, addr - SRAM_BASE + SRAM_ALIAS):
+                self._add_hook(ptr, at, at, UC_HOOK_BLOCK)
+                if self.slices:
+                    self.uc.ctl_remove_cache(at, at + 4)  # type: ignore[attr-defined]
 
     def _find_counting_loop(self, pc: int) -> None:
         """A slice ended at ``pc``: if that is inside a counting loop, hook the loop. Code
@@ -435,10 +462,13 @@ class Core:
         off = Sram.offset(pc - 2, 8)
         if off is None:
             return
-        raw = np.frombuffer(self.board.sram.data, dtype=np.uint16, count=4, offset=off)
-        words = raw[:-1].astype(np.uint32) | (raw[1:].astype(np.uint32) << 16)
-        for idx, reg, step in counting_loops(words):
-            self._hook_counting_loop(pc - 2 + 2 * idx, reg, step)
+        # the words at the three halfwords from pc - 2 (numpy costs more than it saves)
+        code = int.from_bytes(self.board.sram.data[off : off + 8], "little")
+        words = [code >> (16 * i) & 0xFFFF_FFFF for i in range(3)]
+        for idx in range(3):
+            loop = _counting_loop_at(words, idx)
+            if loop is not None:
+                self._hook_counting_loop(pc - 2 + 2 * idx, *loop)
 
     def _hook(self, addr: int, callback: Any, data: object) -> list[int]:
         """Hook one instruction in both SRAM views (code may run from the alias) with
@@ -469,6 +499,8 @@ class Core:
 
     def _add_hook(self, ptr: Any, begin: int, end: int, kind: int = UC_HOOK_CODE) -> int:
         """Install a raw ctypes hook of ``kind`` on ``begin..end``; return its handle."""
+        if kind == UC_HOOK_CODE:
+            self._count_code_hook(1)
         handle = ctypes.c_size_t()
         status = _uc_hook_add(
             self._uch,
@@ -483,18 +515,36 @@ class Core:
             raise UcError(status)
         return handle.value
 
+    def _del_code_hook(self, handle: int) -> None:
+        _uc_hook_del(self._uch, handle)
+        self._count_code_hook(-1)
+
+    def _count_code_hook(self, change: int) -> None:
+        """Keep count of the installed code hooks; when the first comes or the last goes,
+        translated code is dropped before the next slice (:meth:`_run`).
+
+        ``count``-limited slices need unicorn's counter, itself a code hook. While it is
+        the only one, unicorn translates each instruction with a direct call to it;
+        with any other, with a call to ``helper_uc_tracecode``, which walks the whole
+        code-hook list (about 2.5 ns per guest instruction against 8-10 ns with three
+        or four hooks). The choice is made when a block is translated: a block
+        translated with the counter alone never calls a code hook added later, and one
+        translated with more keeps walking the list after they are gone."""
+        before = self._code_hooks
+        self._code_hooks += change
+        if (before == 0) != (self._code_hooks == 0):
+            self._retranslate = True
+
     def _guard_alias(self) -> None:
         """Defer the alias views' instruction hooks until code runs from the alias.
 
         ``count``-limited slices make unicorn walk its whole code-hook list on every
-        instruction, so each hook costs time everywhere; programs rarely run from the
-        alias. One hook on the whole alias installs the deferred ones the first time it
-        fires (they are appended to the list being walked, so they still see the
-        instruction that fired it) and removes itself. It must be a code hook (a block
-        hook would be cheaper): unicorn emits the per-instruction hook call only into
-        blocks translated while some code hook besides its counter exists, and wait-loop
-        hooks added later rely on that call being there in programs without ``mret`` or
-        ``csrr mip``."""
+        instruction, so each code hook costs time everywhere; programs rarely run from
+        the alias. One block hook on the whole alias (which costs only blocks translated
+        there) installs the deferred ones the first time it fires, before the block's
+        first instruction, and removes itself. Deferred hooks always have their twin in
+        the main view installed, so the block was translated with the code-hook walk
+        and they see its instructions."""
         core = self
 
         def first(_h: object) -> None:
@@ -505,7 +555,8 @@ class Core:
 
         ptr = _CODE(first)
         self._keep.append(ptr)
-        self._alias_guard = self._add_hook(ptr, SRAM_ALIAS, SRAM_ALIAS + SRAM_SIZE - 1)
+        end = SRAM_ALIAS + SRAM_SIZE - 1
+        self._alias_guard = self._add_hook(ptr, SRAM_ALIAS, end, UC_HOOK_BLOCK)
 
     def _unguard_alias(self) -> None:
         if self._alias_guard is None:
@@ -727,8 +778,9 @@ class Core:
         return on_csrr_mip
 
     def _counting_loop_skipper(self, reg: int, step: int) -> Any:
-        """The code hook for the ``addi`` of a two-instruction counting loop (see
-        :func:`counting_loops`): it runs the loop's iterations in one step. The register
+        """The block hook of a two-instruction counting loop (see :func:`counting_loops`;
+        called as the loop's block starts, before its ``addi`` is counted): it runs the
+        loop's iterations in one step. The register
         gets the value it would have after them and unicorn's instruction counter the
         instructions they take, but only up to the running slice's budget, so the slice
         still ends at the same instruction and everything after the loop sees the same
@@ -743,7 +795,8 @@ class Core:
             try:
                 if not core._in_slice:
                     return  # single-stepping (idle-loop tracing): no budget to fill
-                room = (core._budget - cell.value) // 2  # whole iterations that fit
+                # whole iterations that fit, with the addi this block starts with
+                room = (core._budget - cell.value - 1) // 2
                 if room < 1:
                     return
                 _uc_reg_read(uch, reg, pval)
@@ -832,8 +885,16 @@ class Core:
         _uc_emu_stop(self._uch)
 
     def _run(self, t_end: float) -> None:
+        """The slice loop. Host cost per slice matters (tens of thousands per virtual
+        second): the engine call and the instruction counter are used inline, and the
+        registers read after a slice (mstatus, mie, mtvec, pc, mepc in one call) serve
+        the next slice's start unless something ran or wrote a register in between
+        (``_regs_fresh``, cleared by :meth:`_rw` and :meth:`_emu`)."""
         board = self.board
         self._halt_reason = ""
+        self._regs_fresh = False
+        uch, regs, cell = self._uch, self._trap_vals, self._count_cell
+        ids, ptrs, n_regs = self._trap_ids, self._trap_ptrs, len(_TRAP_READ)
         while board.now < t_end and board.core is self and not self._interrupted:
             if self._asleep:  # in wfi: nothing runs until an interrupt is pending
                 wake = self._wfi_wake(t_end)
@@ -842,7 +903,8 @@ class Core:
                     continue
                 self._asleep = False
             self._sync_rx()
-            regs = self._trap_regs()
+            if not self._regs_fresh:
+                _uc_reg_read_batch(uch, ids, ptrs, n_regs)  # self._trap_regs()
             mie, pc = regs[1], regs[3]
             if regs[0] & MSTATUS_MIE:
                 cause = self._pending_cause(mie)
@@ -850,32 +912,40 @@ class Core:
                     self._enter_trap(cause, pc)
                     pc = self._rr(rv.UC_RISCV_REG_PC)
             t_stop = self._next_event(t_end, mie)
+            if self._retranslate:  # see _count_code_hook
+                self._retranslate = False
+                self.uc.ctl_flush_tb()  # type: ignore[attr-defined]
             count = max(MIN_SLICE, int(min(t_stop - board.now, MAX_SLICE_S) * self.cpu_hz))
             self._stall = 0.0
             self._budget, self._accounted = count, 0
             self._skip = None
             self._idle_hit = False
             self._head_visits = 0
-            marks = (self._mmio_count, self.traps)
+            mmio, traps = self._mmio_count, self.traps
             self._in_slice = True
             try:
-                status = self._emu(pc, count)
+                status = _uc_emu_start(uch, pc, _UNTIL, 0, count)  # self._emu(pc, count)
             finally:
                 self._in_slice = False
+            _uc_reg_read_batch(uch, ids, ptrs, n_regs)
+            self._regs_fresh = True
+            pc = regs[3]
             if status:
-                pc = self._rr(rv.UC_RISCV_REG_PC)
                 board.halt(f"{UcError(status)} at 0x{pc:08x}")
                 return
             self.slices += 1
-            done = self._icount.executed(count)
-            if done is None:  # estimate: a slice stopped early ran half its budget
+            if cell is not None:  # InstructionCounter.executed() inlined
+                done = cell.value
+                if done > count:
+                    done = count
+            else:  # estimate: a slice stopped early ran half its budget
                 early = self._skip is not None or self._idle_hit or self._reset_requested
                 done = count // 2 if early else count
             self.instructions += done
             board.now += (done - self._accounted) / self.cpu_hz + self._stall
             self._stall = 0.0
-            self._watch_stores(False)
-            pc = self._rr(rv.UC_RISCV_REG_PC)
+            if self._store_hook is not None:
+                self._watch_stores(False)
             probes = self._loop_probes
             if done == count and len(probes) < MAX_LOOP_PROBES and pc not in probes:
                 self._find_counting_loop(pc)
@@ -900,14 +970,16 @@ class Core:
                 self.idle_skips += 1
                 continue
             elif self._idle_hit or (
-                marks == (self._mmio_count, self.traps) and self._learn_idle_loop()
+                mmio == self._mmio_count and traps == self.traps and self._learn_idle_loop(pc)
             ):
                 target = t_end
                 self.idle_skips += 1
             else:
                 continue
-            mie = self._rr(rv.UC_RISCV_REG_MIE)
-            board.now = max(board.now, min(target, self._next_event(t_end, mie)))
+            if not self._regs_fresh:  # the idle-loop tracing ran instructions
+                _uc_reg_read_batch(uch, ids, ptrs, n_regs)
+                self._regs_fresh = True
+            board.now = max(board.now, min(target, self._next_event(t_end, regs[1])))
 
     def _wfi_wake(self, t_end: float) -> float | None:
         """When a hart in ``wfi`` resumes (None: not before ``t_end``; it sleeps on in
@@ -991,8 +1063,9 @@ class Core:
 
         return on_store
 
-    def _learn_idle_loop(self) -> bool:
-        """After a slice without MMIO or traps: is the hart spinning in a wait loop?
+    def _learn_idle_loop(self, start: int) -> bool:
+        """After a slice without MMIO or traps, stopped at ``start``: is the hart spinning
+        in a wait loop?
 
         Single-step until a (PC, registers) state repeats with no store that changed
         memory in between. Then the loop can only be left through memory that an interrupt or a
@@ -1001,7 +1074,6 @@ class Core:
         memory (delays, computations) are not idle and keep running instruction by
         instruction.
         """
-        start = self._rr(rv.UC_RISCV_REG_PC)
         if self.board.now < self._learn_after or start in self._heads or start in self._suspended:
             return False  # tracing is costly: not again so soon, nor where a hook watches
         self._learn_after = self.board.now + LEARN_BACKOFF
@@ -1061,7 +1133,7 @@ class Core:
         self._armed = False
         handles = self._heads.pop(address, [])
         for handle in handles:
-            _uc_hook_del(self._uch, handle)
+            self._del_code_hook(handle)
         self._alias_waiting = [w for w in self._alias_waiting if w[2] is not handles]
         self._suspended[address] = self.board.now + HEAD_SUSPEND
 
@@ -1076,10 +1148,11 @@ class Core:
         """Did the slice stop (at ``pc``) after a ``wfi``? (Asked after most slices: the
         word is read from the SRAM buffer when it lies there, without a round trip
         through unicorn.)"""
-        for base in (SRAM_BASE, SRAM_ALIAS):
-            if base + 4 <= pc <= base + SRAM_SIZE:
-                off = pc - 4 - base
-                return self.board.sram.data[off : off + 4] == _WFI_BYTES
+        off = pc - 4 - SRAM_BASE
+        if not 0 <= off <= SRAM_SIZE - 4:
+            off = pc - 4 - SRAM_ALIAS
+        if 0 <= off <= SRAM_SIZE - 4:
+            return self.board.sram.data[off : off + 4] == _WFI_BYTES
         try:
             insn = self.uc.mem_read(pc - 4, 4)
         except UcError:
