@@ -604,6 +604,9 @@ def test_flasher_receives_write_frames_by_dma(monkeypatch) -> None:
         rx_blocks = blocks.count(0)  # channels 1 and 2 carry SPI3's frames
         assert 0.95 * wire / 256 <= rx_blocks <= 1.05 * wire / 256
         assert reads[0] < wire / 50  # headers and escapes
+        # blocks armed mid-slice end it through the slice's limit, not a code hook (one
+        # would send every instruction through unicorn's hook-list walk from then on)
+        assert board.core._code_hooks == 0
 
 
 def test_flasher_ends_a_block_the_line_stopped_short_of(monkeypatch) -> None:

@@ -19,6 +19,7 @@ unicorn never performs RISC-V trap entry and cannot raise MEIP/MTIP (issues #240
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import signal
 import threading
@@ -272,9 +273,6 @@ class Core:
         # the store watcher's callback, made once: hooks come and go many times a second
         self._store_ptr = _STORE(self._store_watcher())
         self._keep.append(self._store_ptr)
-        self._stop_hook: int | None = None  # see _end_slice
-        self._stop_ptr = _CODE(self._slice_stopper())
-        self._keep.append(self._stop_ptr)
         for base in (SRAM_BASE, SRAM_ALIAS):
             uc.mem_map_ptr(base, SRAM_SIZE, UC_PROT_ALL, board.sram.host_address)
 
@@ -310,7 +308,7 @@ class Core:
             uart.pull = self._puller(uart)
         for name, dw in dw_uarts.items():
             self.dmac.endpoints[k210.DMA_REQUEST[f"{name}_rx"]] = UartRxDma(
-                dw, board.to_board, lambda dw=dw: self.rx_uart is dw
+                dw, board.to_board, functools.partial(self._is_link_uart, dw)
             )
         for uart in dw_uarts.values():
             uart.now = self._time
@@ -633,28 +631,21 @@ class Core:
         self._halt_reason = reason
         _uc_emu_stop(self._uch)
 
+    def _is_link_uart(self, uart: DwUart) -> bool:
+        return self.rx_uart is uart
+
     def _end_slice(self) -> None:
         """End the running slice after the instruction being executed (a device armed
-        something the next slice must end at). Stopping the engine inside an MMIO
-        callback would make unicorn run the access again when the hart resumes, so a
-        one-shot code hook stops it before the next instruction instead."""
-        if self._in_slice and self._stop_hook is None:
-            self._stop_hook = self._add_hook(self._stop_ptr, 1, 0)
-
-    def _slice_stopper(self) -> Any:
-        core, uch = self, self._uch
-
-        def stop(_h: object) -> None:
-            try:
-                if core._stop_hook is not None:
-                    _uc_hook_del(uch, core._stop_hook)
-                    core._stop_hook = None
-                core._skip = core._time()
-                _uc_emu_stop(uch)
-            except BaseException as exc:  # noqa: BLE001 - reported by run()
-                core._fail(exc)
-
-        return stop
+        something the next slice must end at), by lowering the slice's limit to what it
+        has executed: unicorn's counter then stops the engine before the next
+        instruction. Stopping the engine inside the MMIO callback instead would make
+        unicorn run the access again when the hart resumes, and a one-shot code hook
+        would only fire in blocks translated after it (see :meth:`_count_code_hook`)."""
+        cell, limit = self._count_cell, self._icount.limit
+        if self._in_slice and cell is not None and limit is not None:
+            executed = cell.value  # counted before it runs: the current instruction too
+            if executed < self._budget:
+                limit.value = self._budget = executed
 
     def _request_soft_reset(self) -> None:
         self._reset_requested = True
@@ -936,8 +927,8 @@ class Core:
             self.slices += 1
             if cell is not None:  # InstructionCounter.executed() inlined
                 done = cell.value
-                if done > count:
-                    done = count
+                if done > self._budget:  # the budget, or less if _end_slice lowered it
+                    done = self._budget
             else:  # estimate: a slice stopped early ran half its budget
                 early = self._skip is not None or self._idle_hit or self._reset_requested
                 done = count // 2 if early else count

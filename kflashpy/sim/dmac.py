@@ -142,7 +142,7 @@ class Channel:
         return bool(bits & (BLOCK_TFR_DONE | DMA_TFR_DONE) and self.dmac.cfg & CFG_INT_EN)
 
     # ------------------------------------------------------------- endpoint side
-    def put(self, values: Sequence[int] | bytes, at: float) -> int:
+    def put(self, values: Sequence[int] | bytes | np.ndarray, at: float) -> int:
         """Peripheral -> memory: store up to :attr:`remaining` of ``values`` (the last
         one received at ``at``); return how many were taken. Bytes are items whose upper
         bits are 0 (a UART's received bytes)."""

@@ -78,6 +78,9 @@ class InstructionCounter:
         base = ctypes.cast(uc._uch, ctypes.c_void_p).value or 0
         # the counter itself (None if not found): the core reads it inline on hot paths
         self.cell = ctypes.c_uint64.from_address(base + offset) if offset is not None else None
+        # the running slice's limit, right after it (calibration found it there): lowering
+        # it ends the slice before the next instruction
+        self.limit = ctypes.c_uint64.from_address(base + offset + 8) if offset is not None else None
 
     def executed(self, budget: int) -> int | None:
         """Instructions executed in the current (or last) slice of ``budget``; None if

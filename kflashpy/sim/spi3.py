@@ -604,9 +604,9 @@ class Spi3:
             got = d.arrived(now)
             got -= got % d.burst  # a burst leaves the FIFO once complete
             if got > d.moved and d.wire is not None:
-                values = d.values[d.moved : got]
+                frames = d.values[d.moved : got]
                 d.moved = got
-                d.ch.put(values, d.wire.done(d.first + got - 1))  # the last completes it
+                d.ch.put(frames, d.wire.done(d.first + got - 1))  # the last completes it
 
     def _dma_status(self, offset: int, d: _Dma) -> int:
         """TXFLR, RXFLR or SR while a DMA transaction runs, from its wire times. Tight
