@@ -221,7 +221,7 @@ static void rxd_arm(u32 need)
     rxd_h = h;
     rxd_busy = 1;
     rxd_rest = need - k;
-    rxd_due(need);
+    rxd_due(k);
 }
 
 /* decode the words of half h's block that have landed */
@@ -236,6 +236,20 @@ static void rxd_decode(u32 h)
     rxd_got += i - rxd_i[h];
     rxd_i[h] = i;
 }
+
+/* Stop the channel and decode what it brought: the plan for the frame is over. */
+static void rxd_stop(void)
+{
+    DMAC_CHEN = 0x100u << RXD_CH;
+    while (DMAC_CHEN & (1u << RXD_CH))
+        ;
+    rxd_decode(rxd_h);
+    rxd_n[rxd_h] = rxd_i[rxd_h];
+    rxd_busy = rxd_rest = 0;
+    DMAC_CH(RXD_CH, CH_INTCLEAR) = ~0u;
+}
+
+static u32 rxd_need(void);
 
 /* Decode what the blocks hold, oldest first. The older block is complete: once it is
  * decoded, its half is free, and if the newest block is complete too (its done
@@ -252,6 +266,12 @@ static void rxd_take(void)
             rxd_arm(rxd_rest);
     }
     rxd_decode(h);
+    /* The plan is a lower bound of what the frame still brings (an escape only makes
+     * the frame need more), so the frame needing less than what is still planned means
+     * it ended early (damaged, or cut by the host): the plan would take bytes of later
+     * frames with no wake when they come. The FIFO takes them from here. */
+    if (rxd_busy && rxd_need() < rxd_n[rxd_h] - rxd_i[rxd_h] + rxd_rest)
+        rxd_stop();
 }
 
 /* After a wake with a block armed: past its stall check without a word since the last
@@ -268,16 +288,10 @@ static void rxd_stall_check(void)
     if (!rxd_busy)
         return;
     if (rxd_got != rxd_seen) {
-        rxd_due(rxd_n[rxd_h] - rxd_i[rxd_h] + rxd_rest);
+        rxd_due(rxd_n[rxd_h] - rxd_i[rxd_h]);
         return;
     }
-    DMAC_CHEN = 0x100u << RXD_CH;
-    while (DMAC_CHEN & (1u << RXD_CH))
-        ;
-    rxd_decode(rxd_h);
-    rxd_n[rxd_h] = rxd_i[rxd_h];
-    rxd_busy = rxd_rest = 0;
-    DMAC_CH(RXD_CH, CH_INTCLEAR) = ~0u;
+    rxd_stop();
 }
 
 /* wire bytes the frame being received still needs at least, if it is a write whose

@@ -640,3 +640,30 @@ def test_flasher_ends_a_block_the_line_stopped_short_of(monkeypatch) -> None:
         monkeypatch.undo()
         dev.stage2.write(0x200000, data)  # the link is as good as before
         assert board.flash.read(0x200000, len(data)) == data
+
+
+def test_flasher_answers_promptly_after_a_write_frame_cut_short(monkeypatch) -> None:
+    """The host stops in the middle of a 64 KiB write frame (a Ctrl-C'd burn at 115200)
+    and greets the board. The flasher's DMA plan for that frame must not swallow the
+    greeting: the greeting's C0 ends the cut frame, which then needs less than is still
+    planned, so the flasher stops the plan and the FIFO takes the greeting. It is
+    answered within a block's time (256 bytes: 22 ms), not when the rest of the cut
+    frame would have come (5.5 s)."""
+    data = random.Random(5).randbytes(0x10000)
+    with connect(SIM, board="maix-bit", baud=115200, stub="kflashpy") as dev:
+        port, board = dev.port, dev.port.sim_board
+        port.write(encode(build_request(0xB5, 0x200000, data))[:2048])
+        port.timeout = 0.3  # its 2048 bytes are 0.18 s of wire
+        assert port.read(64) == b""  # the cut frame is not answered before it ends
+        sent: list[tuple[float, bytes]] = []
+        transmit = board.board_transmit
+        monkeypatch.setattr(
+            board, "board_transmit", lambda d, t, b: (sent.append((t, d)), transmit(d, t, b))
+        )
+        t0 = board.now
+        port.write(encode(build_request(0xD2, 0, data_len=0)))
+        port.timeout = 0.2
+        answers = [f for f in port.read(256).split(b"\xc0") if f]
+        assert [a[:2] for a in answers] == [b"\xb5\xe2", b"\xd2\xe0"]  # the cut frame, the NOP
+        assert sent[-1][0] - t0 < 0.03
+        assert board.core.uarts["uart3"].overruns == 0
