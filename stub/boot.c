@@ -11,6 +11,14 @@
 
 extern const u32 _start[];
 static u8 frame[BOOT_MAX_FRAME + 4] __attribute__((aligned(8)));
+static u32 baud, gap_us; /* the link's baud rate; 8 character times (half the FIFO) */
+
+static void link_at(u32 b)
+{
+    uart_init(b);
+    baud = b;
+    gap_us = 80000000u / b;
+}
 
 void uart_poll(void)
 {
@@ -21,11 +29,17 @@ void uart_poll(void)
 /* one SLIP frame; oversize or badly escaped frames come back as length 0 */
 static u32 recv_frame(void)
 {
-    u32 n = 0;
+    u32 n = 0, k = 0;
     int esc = 0, bad = 0;
     for (;;) {
-        while (!(UART_LSR & LSR_DR))
-            delay_us(4); /* a 16-byte FIFO lasts 53 us at 3 Mbaud */
+        /* the FIFO's level read once for all the bytes it holds (bytes left in it when
+         * the frame ends stay there for the next one), after 8 character times: half
+         * the FIFO gathers between looks, the other half is the margin */
+        while (!k) {
+            delay_us(gap_us);
+            k = UART_RFL;
+        }
+        k--;
         u8 c = (u8)UART_RBR;
         if (c == 0xC0) {
             if (n && !bad && !esc)
@@ -78,9 +92,8 @@ static void reply(u8 op, u8 st, u64 words, u32 nbytes)
 
 int main(void)
 {
-    u32 baud = _start[2];
     clock_init();
-    uart_init(baud);
+    link_at(_start[2]);
     for (;;) {
         u32 n = recv_frame();
         u8 op = frame[0], st = ST_OK;
@@ -99,8 +112,7 @@ int main(void)
             reply(op, ST_OK, APB0_HZ / d | (u64)d << 32, 8);
             uart_drain();
             delay_us(200);
-            uart_init(b);
-            baud = b;
+            link_at(b);
             continue;
         } else if (op == OP_EXEC) {
             reply(op, ST_OK, 0, 0);

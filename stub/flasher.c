@@ -150,6 +150,27 @@ static void rx_byte(u8 c)
 
 static void bg_service(void);
 
+/* MTIME read as its low word, one bus access instead of two, and extended in software:
+ * the low word going back is a wrap (every 2^32 ticks, 550 s), so it must be read at
+ * least that often. Every wait has a deadline but sleep_until(NEVER), whose wake reads
+ * the whole counter again (clock_sync). */
+static u32 clk_hi, clk_lo;
+
+static __attribute__((noinline)) u64 now(void)
+{
+    u32 lo = MTIME_LO;
+    clk_hi += lo < clk_lo;
+    clk_lo = lo;
+    return (u64)clk_hi << 32 | lo;
+}
+
+static void clock_sync(void)
+{
+    u64 t = MTIME;
+    clk_hi = (u32)(t >> 32);
+    clk_lo = (u32)t;
+}
+
 /* Receiving by DMA. Once a write frame's 16-byte header is decoded, its length says how
  * many wire bytes it needs at least (the data still to come and the closing C0; escapes
  * only add bytes, so blocks of that many in all never take bytes of the next frame):
@@ -176,7 +197,7 @@ static u32 rxd_h;              /* the half of the newest block */
 static u32 rxd_busy;           /* the newest block is armed, its last word not yet seen */
 static u32 rxd_rest;           /* wire bytes the frame needs after the newest block, at least */
 static u32 rxd_got, rxd_seen;  /* words decoded in all; rxd_got at the last stall check */
-static u64 rxd_check;          /* MTIME of the next stall check */
+static u64 rxd_check;          /* now() of the next stall check */
 static u32 baud = 115200;
 
 static void rxd_init(void)
@@ -204,7 +225,7 @@ static void rxd_init(void)
 static void rxd_due(u32 words)
 {
     rxd_seen = rxd_got;
-    rxd_check = MTIME + TICKS(RXD_GRACE_US) + (u64)words * (CPU_HZ / 5u) / baud;
+    rxd_check = now() + TICKS(RXD_GRACE_US) + (u64)words * (CPU_HZ / 5u) / baud;
 }
 
 /* arm the next block, in the other half, for up to `need` wire bytes */
@@ -282,7 +303,7 @@ static void rxd_stall_check(void)
 {
     u32 h = rxd_h;
     /* (a wake at the block's end, the usual one, needs no look at the clock) */
-    if (rxd[h * RXD_HALF + rxd_n[h] - 1] != RXD_EMPTY || MTIME < rxd_check)
+    if (rxd[h * RXD_HALF + rxd_n[h] - 1] != RXD_EMPTY || now() < rxd_check)
         return;
     rxd_take();
     if (!rxd_busy)
@@ -327,7 +348,7 @@ void uart_poll(void)
 }
 
 #define NEVER (~(u64)0)
-static u64 mtimecmp = NEVER;
+static u32 cmp_lo, cmp_hi; /* MTIMECMP's halves as last written */
 
 /* Route the receive interrupt to wake wfi: RX trigger level at half the FIFO (8 bytes
  * are 27 us at 3 Mbaud, 8 more fit before an overrun), ERBFI (which also raises the
@@ -340,11 +361,13 @@ static void link_wake_init(void)
     PLIC_PRIORITY(UART3_IRQ) = 1;
     PLIC_ENABLE0 |= 1u << UART3_IRQ;
     PLIC_THRESHOLD = 0;
-    MTIMECMP = NEVER;
+    MTIMECMP_HI = cmp_hi = ~0u; /* never */
+    MTIMECMP_LO = 0;
+    clock_sync();
     __asm__ volatile("csrs mie, %0" ::"r"(MIE_MEIE | MIE_MTIE));
 }
 
-/* Sleep until the link needs serving or MTIME reaches `deadline` (NEVER: no deadline);
+/* Sleep until the link needs serving or now() reaches `deadline` (NEVER: no deadline);
  * the caller has just drained the FIFO (uart_poll) and checks its own condition again
  * after the wake. The PLIC keeps a source pending until it is claimed: the claim and
  * completion here acknowledge the last wake (the UART raises it again if bytes came in
@@ -357,11 +380,16 @@ static __attribute__((noinline)) void sleep_until(u64 deadline)
     int capped = rxd_busy && rxd_check < deadline; /* not past the block's stall check */
     if (capped)
         deadline = rxd_check;
-    if (deadline != mtimecmp) {
-        MTIMECMP = deadline;
-        mtimecmp = deadline;
-    }
+    /* only the halves that change; no deadline: the high word all ones, the low one
+     * left as it is (the compare value is complete before wfi) */
+    u32 hi = (u32)(deadline >> 32), lo = (u32)deadline;
+    if (hi != ~0u && lo != cmp_lo)
+        MTIMECMP_LO = cmp_lo = lo;
+    if (hi != cmp_hi)
+        MTIMECMP_HI = cmp_hi = hi;
     __asm__ volatile("wfi");
+    if (deadline == NEVER)
+        clock_sync();
     if (capped)
         rxd_stall_check();
 }
@@ -445,13 +473,26 @@ static void spi_stop(void)
     SPI_SSIENR = 0;
 }
 
+/* CTRLR0, CTRLR1 and SPI_CTRLR0 as last written (forgotten at the SPI3 reset): a
+ * transaction writes only those that change. Every transaction ends with spi_stop, so
+ * the controller is already disabled, as they must be written. */
+static u32 spi_regs[3];
+#define SPI_SET(i, reg, v)            \
+    if (spi_regs[i] != (v))           \
+        reg = spi_regs[i] = (v)
+
+static void spi_setup(u32 ctrlr0, u32 ctrlr1, u32 spi_ctrlr0)
+{
+    SPI_SET(0, SPI_CTRLR0, ctrlr0);
+    SPI_SET(1, SPI_CTRLR1, ctrlr1);
+    SPI_SET(2, SPI_SPI_CTRLR0, spi_ctrlr0);
+    SPI_SSIENR = 1;
+}
+
 static void spi_start(u32 tmod, u32 frame_bits, u32 rx_frames)
 {
-    SPI_SSIENR = 0;
-    SPI_CTRLR0 = (tmod << 10) | (frame_bits - 1); /* standard SPI */
-    SPI_SPI_CTRLR0 = 0;
-    SPI_CTRLR1 = rx_frames ? rx_frames - 1 : 0;
-    SPI_SSIENR = 1;
+    /* standard SPI */
+    spi_setup((tmod << 10) | (frame_bits - 1), rx_frames ? rx_frames - 1 : 0, 0);
 }
 
 static u32 be32(const u8 *p)
@@ -553,7 +594,7 @@ static void spi_dma(u32 rx, u32 words, int sleep)
 }
 
 /* The `n` bytes a read left in spi_buf (n a multiple of 4) to out in flash order: each
- * frame's most significant byte first, a page (~2 us) between link polls. */
+ * frame's most significant byte first, 1 KiB (~7 us) between link polls. */
 static void spi_take(u8 *out, u32 n)
 {
     for (u32 i = 0; i < n / 4; i++) {
@@ -562,7 +603,7 @@ static void spi_take(u8 *out, u32 n)
         out[4 * i + 1] = (u8)(v >> 16);
         out[4 * i + 2] = (u8)(v >> 8);
         out[4 * i + 3] = (u8)v;
-        if (i % 64 == 63)
+        if (i % 256 == 255)
             uart_poll();
     }
 }
@@ -582,11 +623,8 @@ static __attribute__((noinline)) void spi_read32(u32 insn_addr, u32 n)
  * the data on four lines: 4 bits per clock instead of 1. */
 static void spi_start_quad(u32 tmod, u32 wait, u32 rx_words, u8 inst, u32 addr)
 {
-    SPI_SSIENR = 0;
-    SPI_CTRLR0 = (2u << 22) /* FRF quad */ | (tmod << 10) | 31u;
-    SPI_SPI_CTRLR0 = (wait << 11) | (2u << 8) /* 8-bit inst */ | (6u << 2) /* 24-bit addr */;
-    SPI_CTRLR1 = rx_words ? rx_words - 1 : 0;
-    SPI_SSIENR = 1;
+    spi_setup((2u << 22) /* FRF quad */ | (tmod << 10) | 31u, rx_words ? rx_words - 1 : 0,
+              (wait << 11) | (2u << 8) /* 8-bit inst */ | (6u << 2) /* 24-bit addr */);
     SPI_DR = inst;
     SPI_DR = addr;
 }
@@ -679,10 +717,10 @@ static void digest_end(u8 out[32])
     sha256_final(&wd, out);
 }
 
-/* Until MTIME reaches `end`: serve the link, advance the write digest, else sleep. */
+/* Until now() reaches `end`: serve the link, advance the write digest, else sleep. */
 static __attribute__((noinline)) void wait_until(u64 end)
 {
-    while (MTIME < end) {
+    while (now() < end) {
         uart_poll();
         if (!digest_step())
             sleep_until(end);
@@ -695,7 +733,7 @@ static __attribute__((noinline)) void wait_until(u64 end)
  * polled: the chip sees far fewer status reads and the answer is as prompt. */
 static void flash_wait(u32 expect_us)
 {
-    wait_until(MTIME + TICKS(expect_us));
+    wait_until(now() + TICKS(expect_us));
     while (flash_sr1() & 1) /* a status read takes ~0.5 us: the end is seen at once */
         uart_poll();
 }
@@ -758,11 +796,20 @@ static void erased_forget(void)
         erased_map[i] = 0;
 }
 
+static int is_blank(const u8 *p, u32 n)
+{
+    const u64 *q = (const u64 *)p;
+    for (u32 i = 0; i < n / 8; i++)
+        if (q[i] != ~0ul)
+            return 0;
+    return 1;
+}
+
 static int varied(const u8 *p, u32 n)
 {
     u8 seen[32] = {0};
     u32 kinds = 0;
-    for (u32 i = 0; i < n; i++) {
+    for (u32 i = 0; i < n && kinds < 16; i++) {
         u8 bit = (u8)(1u << (p[i] & 7));
         if (!(seen[p[i] >> 3] & bit)) {
             seen[p[i] >> 3] |= bit;
@@ -775,7 +822,7 @@ static int varied(const u8 *p, u32 n)
 static void quad_check(u32 addr, const u8 *want)
 {
     u8 got[PAGE] __attribute__((aligned(8)));
-    if (!varied(want, PAGE))
+    if (is_blank(want, PAGE) || !varied(want, PAGE))
         return;
     spi_read_quad(addr, PAGE);
     spi_take(got, PAGE);
@@ -787,41 +834,31 @@ static void quad_check(u32 addr, const u8 *want)
         erased_forget();
 }
 
-/* reads by DMA, a sector per transaction once quad reads are settled; a page at a time
- * while they are to be checked on the first varied page */
+/* reads by DMA, up to a sector per transaction; while quad reads are to be checked,
+ * on the first varied page read, each whole page read is offered to quad_check */
 static void flash_read(u32 addr, u8 *out, u32 n)
 {
     u8 c[4];
     while (n) {
-        u32 k = n < PAGE ? n : PAGE;
-        if (k % 4) {
+        u32 k = n < SECTOR ? n & ~3u : SECTOR;
+        if (!k) {
+            k = n;
             cmd_addr(c, 0x03, addr);
             spi_recv(c, 4, out, k);
         } else {
-            if (quad) /* by DMA: the link is served meanwhile */
-                k = n < SECTOR ? n & ~3u : SECTOR;
-            if (quad > 0)
+            if (quad > 0) /* by DMA: the link is served meanwhile */
                 spi_read_quad(addr, k);
             else
                 spi_read32((0x03u << 24) | addr, k);
             spi_take(out, k);
-            if (!quad && k == PAGE)
-                quad_check(addr, out);
+            for (u32 pg = 0; !quad && pg + PAGE <= k; pg += PAGE)
+                quad_check(addr + pg, out + pg);
         }
         addr += k;
         out += k;
         n -= k;
         uart_poll();
     }
-}
-
-static int is_blank(const u8 *p, u32 n)
-{
-    const u64 *q = (const u64 *)p;
-    for (u32 i = 0; i < n / 8; i++)
-        if (q[i] != ~0ul)
-            return 0;
-    return 1;
 }
 
 /* read back the page at addr, just programmed or erased; 0 if it differs from want */
@@ -929,6 +966,8 @@ static void flash_init(void)
     delay_us(10);
     SYSCTL_PERI_RESET &= ~PERI_SPI3;
     SPI_SSIENR = 0;
+    for (int i = 0; i < 3; i++)
+        spi_regs[i] = ~0u;
     SPI_IMR = 0;
     SPI_DMACR = 0;
     spi_dma_init();
@@ -1008,20 +1047,20 @@ static void bg_service(void)
          * earlier whenever the first read already finds it done), so the next page goes
          * out within 2 us of the end whatever the chip's speed. A digest step (about
          * 10 us) is taken only where it ends before the first read is due. */
-        u64 now = MTIME;
-        if (now < bg.due) {
-            if (bg.due - now > TICKS(12u))
+        u64 t = now();
+        if (t < bg.due) {
+            if (bg.due - t > TICKS(12u))
                 digest_step();
             bg.in = 0;
             return;
         }
         if (flash_sr1() & 1) {
             bg.looked = 1;
-            bg.due = now + TICKS(2u);
+            bg.due = t + TICKS(2u);
             bg.in = 0;
             return;
         }
-        bg.took = bg.looked ? now - bg.t0 : bg.took - bg.took / 32;
+        bg.took = bg.looked ? t - bg.t0 : bg.took - bg.took / 32;
         page_check(bg.base + bg.pg, unit_buf + bg.pg);
         bg.busy = 0;
         bg.pg += PAGE;
@@ -1034,7 +1073,7 @@ static void bg_service(void)
          * Mbaud: the FIFO (16 bytes) is emptied again (bg.in: no recursion), so that the
          * caller's next poll keeps its whole margin */
         uart_poll();
-        bg.t0 = MTIME;
+        bg.t0 = now();
         if (!bg.took)
             bg.took = TICKS(T_PAGE * 6 / 10);
         bg.due = bg.t0 + bg.took - TICKS(3u);
@@ -1076,9 +1115,9 @@ static void bg_wait(void)
 {
     if (bg.busy) {
         /* digest steps (about 10 us each) only where they end before the status is due */
-        if (MTIME + TICKS(12u) < bg.due)
+        if (now() + TICKS(12u) < bg.due)
             wait_until(bg.due - TICKS(12u));
-        while (MTIME < bg.due) {
+        while (now() < bg.due) {
             uart_poll();
             sleep_until(bg.due);
         }
@@ -1280,7 +1319,7 @@ static int blank_digest_ok;
 /* SHA-256 of [addr, addr+n); `also` (if set) is fed the same bytes */
 static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
 {
-    u8 buf[PAGE];
+    u8 buf[SECTOR] __attribute__((aligned(8)));
     struct sha256 s;
     int blank = n == SECTOR && !also;
     sha256_init(&s);
@@ -1303,12 +1342,16 @@ static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
             return;
         }
     }
-    for (u32 left = n; left;) {
-        u32 k = left < PAGE ? left : PAGE;
+    for (u32 left = n; left;) { /* a sector per read, a page hashed between link polls */
+        u32 k = left < SECTOR ? left : SECTOR;
         flash_read(addr, buf, k);
-        sha256_update(&s, buf, k);
-        if (also)
-            sha256_update(also, buf, k);
+        for (u32 i = 0; i < k; i += PAGE) {
+            u32 m = k - i < PAGE ? k - i : PAGE;
+            sha256_update(&s, buf + i, m);
+            if (also)
+                sha256_update(also, buf + i, m);
+            uart_poll();
+        }
         addr += k;
         left -= k;
     }

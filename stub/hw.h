@@ -46,7 +46,6 @@ typedef unsigned long u64;
 #define UART_USR REG32(UART3 + 0x7C)
 #define UART_RFL REG32(UART3 + 0x84) /* bytes in the receive FIFO */
 #define UART_DLF REG32(UART3 + 0xC0)
-#define LSR_DR 0x01u
 #define LSR_TX_FULL 0x20u /* with IER.PTIME set: transmit FIFO full */
 #define LSR_TEMT 0x40u
 #define IER_ERBFI 0x01u /* receive interrupt: FIFO at its trigger level, or timed out */
@@ -81,9 +80,12 @@ typedef unsigned long u64;
 #define PERI_DMA (1u << 1)
 #define DMA_REQ_UART3_RX 18u
 
-/* CLINT: mtime counts at CPU clock / 50 */
+/* CLINT: mtime counts at CPU clock / 50. A 64-bit access is two bus accesses (the
+ * flasher reads the low word alone, flasher.c "now") */
 #define MTIME (*(volatile u64 *)0x0200BFF8u)
-#define MTIMECMP (*(volatile u64 *)0x02004000u) /* hart 0 */
+#define MTIME_LO REG32(0x0200BFF8u)
+#define MTIMECMP_LO REG32(0x02004000u) /* hart 0 */
+#define MTIMECMP_HI REG32(0x02004004u)
 #define TICKS(us) ((u64)(us) * (CPU_HZ / 50u / 1000u) / 1000u) /* mtime ticks in us */
 #define MIE_MTIE (1u << 7)
 #define MIE_MEIE (1u << 11)

@@ -7,6 +7,7 @@ SPI3 and NOR flash models. Assertions read the virtual flash.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
@@ -21,6 +22,9 @@ from kflashpy.errors import InputError, ProtocolError
 from kflashpy.isp.burn import WriteRegion, burn_on
 from kflashpy.isp.connect import connect
 from kflashpy.isp.kfpy_stage2 import KfpyStage2
+from kflashpy.sim.dmac import Channel
+from kflashpy.sim.periph import Clint
+from kflashpy.sim.uarts import DwUart
 from kflashpy.stub import load
 
 SIM = "sim://?board=maix-bit"
@@ -476,3 +480,38 @@ def test_blank_check_on_broken_quad_reads_falls_back(tmp_path, monkeypatch):
     monkeypatch.setattr(NorFlash, "enhanced", broken)
     _wide, narrow = _blank_check(tmp_path, 0x202000, random.Random(32).randbytes(0x1000))
     assert narrow >= 4 * 0x1000
+
+
+def _count_reads(monkeypatch, cls: type) -> collections.Counter:
+    """Count ``cls.read`` calls by (model name, offset); patched before the board is
+    made, because the core binds each model's ``read`` when it maps it."""
+    counts: collections.Counter = collections.Counter()
+    read = cls.read
+
+    def counted(self, offset: int, size: int) -> int:
+        counts[(self.name, offset)] += 1
+        return read(self, offset, size)
+
+    monkeypatch.setattr(cls, "read", counted)
+    return counts
+
+
+def test_register_reads_the_link_and_the_clock_cost(monkeypatch):
+    """The bootstrap takes the flasher's bytes after one RFL read per several (no LSR
+    read per byte); the flasher reads mtime's low word alone (the high one only after a
+    sleep without a deadline) and hashes a sector per SPI transaction, on one line too
+    while quad reads are unchecked (a blank chip)."""
+    uart = _count_reads(monkeypatch, DwUart)
+    clint = _count_reads(monkeypatch, Clint)
+    with connect(SIM, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        flasher = len(load().flasher.image)
+        assert uart[("uart3", 0x14)] < flasher / 20  # LSR: the replies' transmit checks
+        assert uart[("uart3", 0x84)] < flasher / 4  # RFL
+        clint.clear()
+        d.stage2.write(0x200000, _mixed(0x10000, 40))
+        assert clint[("clint", 0xBFF8)] > 4 * clint[("clint", 0xBFFC)]  # were equal
+        blocks: list[int] = []
+        start = Channel.start
+        monkeypatch.setattr(Channel, "start", lambda ch, now: (blocks.append(ch.n), start(ch, now)))
+        assert d.stage2.sha256(0x400000, 0x10000) == hashlib.sha256(b"\xff" * 0x10000).digest()
+        assert blocks.count(2) == 0x10000 // 0x1000  # SPI3 reads: a sector each
