@@ -17,12 +17,15 @@
 #include "flasher.h"
 
 /* An entry: bits 0-3 the code length, 4-7 the count of extra bits (of a link: the
- * index bits of its second-level table), 8-11 flags, 16-31 the value: the literal
- * byte, the length or distance base, a link's table offset. */
-#define E_LINK (1u << 8) /* code longer than the root: look up the second level */
-#define E_COPY (1u << 9) /* length (literal/length table) or distance */
-#define E_END (1u << 10) /* end of block */
-#define E_BAD (1u << 11) /* no such code, or a symbol the format does not allow */
+ * index bits of its second-level table). Bit 31 marks a literal (or a code length
+ * symbol), its byte in bits 8-15: a sign test tells it from the rest, which have flags
+ * in bits 8-10 and a value in bits 16-30 (a length or distance base, a link's table
+ * offset). A link stands for codes longer than the root: look up the second level. */
+#define E_LIT(byte) (1u << 31 | (u32)(byte) << 8)
+#define E_VAL(v) ((u32)(v) << 16)
+#define E_END (1u << 8)
+#define E_BAD (1u << 9) /* no such code, or a symbol the format does not allow */
+#define E_LINK (1u << 10)
 
 #define LIT_ROOT 10
 #define DIST_ROOT 8
@@ -49,47 +52,51 @@ enum kind { LITLEN, DIST, CLEN };
 static u32 entry_of(enum kind kind, u32 s)
 {
     if (kind == CLEN || (kind == LITLEN && s < 256))
-        return s << 16;
+        return E_LIT(s);
     if (kind == LITLEN) {
         if (s == 256)
             return E_END;
         s -= 257;
         if (s >= 29)
             return E_BAD;
-        return (u32)len_base[s] << 16 | E_COPY | (u32)len_extra[s] << 4;
+        return E_VAL(len_base[s]) | (u32)len_extra[s] << 4;
     }
     if (s >= 30)
         return E_BAD;
-    return (u32)dist_base[s] << 16 | E_COPY | (s < 4 ? 0 : (s - 2) >> 1) << 4;
+    return E_VAL(dist_base[s]) | (s < 4 ? 0 : (s - 2) >> 1) << 4;
 }
 
 /* Bits are taken LSB first. Past the end of the input the buffer is filled with zero
  * bytes (counted in `over`); having consumed any of those padding bits is the error,
- * checked at the end of every block (output stays within its bounds meanwhile). */
+ * checked at the end of every block (output stays within its bounds meanwhile).
+ * `words` is where an aligned word can no longer be loaded whole. */
 struct bits {
-    const u8 *p, *end;
+    const u8 *p, *end, *words;
     u64 buf;
     u32 cnt, over;
 };
 
 typedef u32 __attribute__((may_alias)) word;
 
-/* at least 32 bits in the buffer: a whole aligned word when one is there */
+/* at least 32 bits in the buffer: a whole aligned word when one is there, else byte
+ * by byte (up to an aligned word, or at the end and past it) */
 static inline void refill(struct bits *b)
 {
-    while (b->cnt < 32) {
-        if (((u64)b->p & 3) == 0 && b->end - b->p >= 4) {
-            b->buf |= (u64) * (const word *)(const void *)b->p << b->cnt;
-            b->p += 4;
-            b->cnt += 32;
-        } else {
-            if (b->p < b->end)
-                b->buf |= (u64)*b->p++ << b->cnt;
-            else
-                b->over++;
-            b->cnt += 8;
-        }
+    if (b->cnt >= 32)
+        return;
+    if (__builtin_expect(((u64)b->p & 3) == 0 && b->p < b->words, 1)) {
+        b->buf |= (u64) * (const word *)(const void *)b->p << b->cnt;
+        b->p += 4;
+        b->cnt += 32;
+        return;
     }
+    do {
+        if (b->p < b->end)
+            b->buf |= (u64)*b->p++ << b->cnt;
+        else
+            b->over++;
+        b->cnt += 8;
+    } while (b->cnt < 32);
 }
 
 static inline int overrun(const struct bits *b)
@@ -164,7 +171,7 @@ static int huff_build(u32 *t, u32 size, u32 root, enum kind kind, const u8 *lens
                         return -1;
                     sub = next;
                     next += 1u << k;
-                    t[prefix] = sub << 16 | k << 4 | E_LINK;
+                    t[prefix] = E_LINK | E_VAL(sub) | k << 4;
                 }
                 for (u32 x = rev >> root; x < 1u << k; x += 1u << (len - root))
                     t[sub + x] = e;
@@ -180,72 +187,103 @@ static int huff_build(u32 *t, u32 size, u32 root, enum kind kind, const u8 *lens
     return 0;
 }
 
-/* the entry for the next code of a table (not consumed) */
-static inline u32 lookup(const u32 *t, u32 root, u64 buf)
+/* the low n bits of v */
+static inline u32 low(u64 v, u32 n)
 {
-    u32 e = t[buf & ((1u << root) - 1)];
-    if (e & E_LINK)
-        e = t[(e >> 16) + ((u32)(buf >> root) & ((1u << ((e >> 4) & 15)) - 1))];
+    return (u32)v & ((1u << n) - 1);
+}
+
+/* entry e of a table's first level, or where its link leads (not consumed) */
+static inline u32 second(const u32 *t, u32 root, u32 e, u64 buf)
+{
+    if ((int)e >= 0 && (e & E_LINK))
+        e = t[(e >> 16) + low(buf >> root, (e >> 4) & 15)];
     return e;
 }
 
+/* the entry for the next code of a table (not consumed) */
+static inline u32 lookup(const u32 *t, u32 root, u64 buf)
+{
+    return second(t, root, t[low(buf, root)], buf);
+}
+
+#define POLL_BYTES 64 /* output between receive polls: ~1600 instructions, 4 us */
+
+/* The symbols of a block up to its end-of-block code. The loop runs while the output is
+ * short of `lim`: the end of the buffer or the next poll, whichever comes first, so a
+ * literal needs no check of its own. */
 static int inflate_codes(struct bits *b, u8 *out, u32 before, u32 *pos, u32 cap)
 {
     /* the bit buffer in locals: the compiler keeps them in registers */
     struct bits s = *b;
-    u32 o = *pos, n = 16, polled = o;
+    u8 *o = out + *pos, *end = out + cap, *poll = o + POLL_BYTES;
+    const u8 *first = out - before;
     for (;;) {
-        /* every 16 symbols, or sooner after long matches (16 of 258 bytes take 40 us) */
-        if (--n == 0) {
-            uart_poll();
-            n = 16;
-            polled = o;
-        }
-        refill(&s);
-        u32 e = lookup(lit_table, LIT_ROOT, s.buf);
-        u32 len = e & 15;
-        s.buf >>= len;
-        s.cnt -= len;
-        if (!(e & (E_COPY | E_END | E_BAD))) {
-            if (o >= cap)
-                return -1;
-            out[o++] = (u8)(e >> 16);
-            continue;
-        }
-        if (!(e & E_COPY)) {
+        u8 *lim = poll < end ? poll : end;
+        while (o < lim) {
+            refill(&s);
+            u32 e = lit_table[low(s.buf, LIT_ROOT)], n;
+            if ((int)e < 0) { /* a literal of up to LIT_ROOT bits: the common case */
+                n = e & 15;
+                s.buf >>= n;
+                s.cnt -= n;
+                *o++ = (u8)(e >> 8);
+                continue;
+            }
+            e = second(lit_table, LIT_ROOT, e, s.buf);
+            n = e & 15;
+            s.buf >>= n;
+            s.cnt -= n;
+            if ((int)e < 0) {
+                *o++ = (u8)(e >> 8);
+                continue;
+            }
+            if (e & (E_END | E_BAD)) {
+                if (e & E_BAD)
+                    return -1;
+                goto done;
+            }
+            /* a length code (at most 15 bits) and its extra bits (5) fit in 32 */
+            n = (e >> 4) & 15;
+            u32 len = (e >> 16) + low(s.buf, n);
+            s.buf >>= n;
+            s.cnt -= n;
+            refill(&s);
+            e = lookup(dist_table, DIST_ROOT, s.buf);
             if (e & E_BAD)
                 return -1;
-            break;
+            n = e & 15;
+            s.buf >>= n;
+            s.cnt -= n;
+            n = (e >> 4) & 15;
+            u32 back = (e >> 16) + low(s.buf, n);
+            s.buf >>= n;
+            s.cnt -= n;
+            if (back > (u64)(o - first) || len > (u64)(end - o))
+                return -1;
+            const u8 *from = o - back;
+            u8 *stop = o + len;
+            do
+                *o++ = *from++;
+            while (o < stop);
         }
-        /* a length code (at most 15 bits) and its extra bits (5) fit in 32 */
-        u32 x = (e >> 4) & 15;
-        len = (e >> 16) + ((u32)s.buf & ((1u << x) - 1));
-        s.buf >>= x;
-        s.cnt -= x;
+        if (o >= poll) {
+            uart_poll();
+            poll = o + POLL_BYTES;
+            continue;
+        }
+        /* the buffer is full: only the end of the block may follow */
         refill(&s);
-        e = lookup(dist_table, DIST_ROOT, s.buf);
-        if (e & E_BAD)
-            return -1;
-        x = e & 15;
-        s.buf >>= x;
-        s.cnt -= x;
-        x = (e >> 4) & 15;
-        u32 back = (e >> 16) + ((u32)s.buf & ((1u << x) - 1));
-        s.buf >>= x;
-        s.cnt -= x;
-        if (back > o + before || len > cap - o)
-            return -1;
-        u8 *to = out + o;
-        const u8 *from = to - back;
-        o += len;
-        do
-            *to++ = *from++;
-        while (--len);
-        if (o - polled >= 1024)
-            n = 1;
+        u32 e = lookup(lit_table, LIT_ROOT, s.buf);
+        s.buf >>= e & 15;
+        s.cnt -= e & 15;
+        if ((int)e >= 0 && (e & E_END))
+            break;
+        return -1;
     }
+done:
     *b = s;
-    *pos = o;
+    *pos = (u32)(o - out);
     return overrun(b) ? -1 : 0;
 }
 
@@ -283,11 +321,11 @@ static int dynamic_tables(struct bits *b, u8 *lens)
     while (i < nlit + ndist) {
         refill(b);
         u32 e = lookup(lit_table, CLEN_ROOT, b->buf);
-        if (e & E_BAD)
+        if ((int)e >= 0)
             return -1;
         b->buf >>= e & 15;
         b->cnt -= e & 15;
-        u32 s = e >> 16;
+        u32 s = (e >> 8) & 255;
         if (s < 16) {
             lens[i++] = (u8)s;
             continue;
@@ -316,7 +354,7 @@ static int dynamic_tables(struct bits *b, u8 *lens)
 
 int inflate_raw(const u8 *src, u32 n, u8 *out, u32 before, u32 cap, u32 *out_len)
 {
-    struct bits b = {src, src + n, 0, 0, 0};
+    struct bits b = {src, src + n, n >= 4 ? src + n - 3 : src, 0, 0, 0};
     u8 lens[320];
     u32 o = 0;
     int last;
