@@ -5,13 +5,15 @@
  * of it.
  *
  * Every instruction counts (the simulator pays ~12 ns a guest instruction, the board
- * a cycle), so symbols are decoded by table: the next ROOT bits of the stream index a
- * table whose entry gives the symbol and its code length, already turned into what
- * the decoder needs (the literal byte, or a length/distance base and its count of
- * extra bits); a code longer than ROOT bits leads to a second-level table indexed by
- * the bits after the first ROOT. Tables are built at run time for each block (in .bss).
- * The bit buffer holds up to 64 bits and is refilled a whole aligned word at a time.
- * The receive hook runs every few symbols so the link never overflows.
+ * a cycle; docs/flasher-protocol.md, "Compression", has the measured cost), so codes
+ * are decoded by table: the next ROOT bits of the stream index a table whose entry
+ * holds what the decoder needs (the literal byte, or a length or distance base and its
+ * count of extra bits) and the code length to consume; a code longer than ROOT bits
+ * leads to a second-level table indexed by the bits after the first ROOT. The tables
+ * are built at run time for each block, in .bss. The bit buffer holds up to 64 bits and
+ * is refilled an aligned 32-bit word at a time (the K210 core does not take
+ * misaligned word loads, and the flasher has no trap handler to emulate them). The
+ * receive hook runs every 64 output bytes so the link never overflows.
  * SPDX-License-Identifier: MIT
  */
 #include "flasher.h"
@@ -223,7 +225,7 @@ static int inflate_codes(struct bits *b, u8 *out, u32 before, u32 *pos, u32 cap)
         while (o < lim) {
             refill(&s);
             u32 e = lit_table[low(s.buf, LIT_ROOT)], n;
-            if ((int)e < 0) { /* a literal of up to LIT_ROOT bits: the common case */
+            if (__builtin_expect((int)e < 0, 1)) { /* a literal of up to LIT_ROOT bits */
                 n = e & 15;
                 s.buf >>= n;
                 s.cnt -= n;
@@ -288,8 +290,9 @@ done:
 }
 
 /* the fixed codes (RFC 1951, 3.2.6): literal/length lengths 8, 9, 7, 8, distances 5
- * (all 32 of them, so the code is complete: 30 and 31 decode to E_BAD) */
-static int fixed_tables(u8 *lens)
+ * (all 32 of them, so the code is complete: 30 and 31 decode to E_BAD). Once a block,
+ * as the dynamic header: cold, i.e. built for size (the flasher crosses the wire). */
+static int __attribute__((cold)) fixed_tables(u8 *lens)
 {
     u32 i = 0;
     for (; i < 144; i++)
@@ -307,7 +310,7 @@ static int fixed_tables(u8 *lens)
 }
 
 /* the code lengths of a dynamic block (RFC 1951, 3.2.7) into its tables */
-static int dynamic_tables(struct bits *b, u8 *lens)
+static int __attribute__((cold)) dynamic_tables(struct bits *b, u8 *lens)
 {
     static const u8 order[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
     u32 nlit = getbits(b, 5) + 257, ndist = getbits(b, 5) + 1, ncode = getbits(b, 4) + 4;
