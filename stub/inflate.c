@@ -263,11 +263,18 @@ static int inflate_codes(struct bits *b, u8 *out, u32 before, u32 *pos, u32 cap)
             s.cnt -= n;
             if (back > (u64)(o - first) || len > (u64)(end - o))
                 return -1;
+            /* two bytes a turn (len >= 3: one or two first leave an even count) */
             const u8 *from = o - back;
             u8 *stop = o + len;
-            do
+            *o++ = *from++;
+            if (!(len & 1))
                 *o++ = *from++;
-            while (o < stop);
+            do {
+                o[0] = from[0];
+                o[1] = from[1];
+                o += 2;
+                from += 2;
+            } while (o < stop);
         }
         if (o >= poll) {
             uart_poll();
