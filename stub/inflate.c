@@ -327,8 +327,9 @@ static int __attribute__((cold)) dynamic_tables(struct bits *b, u8 *lens)
         lens[order[i]] = i < ncode ? (u8)getbits(b, 3) : 0;
     if (huff_build(lit_table, LIT_SIZE, CLEN_ROOT, CLEN, lens, 19))
         return -1;
-    u32 i = 0;
-    while (i < nlit + ndist) {
+    for (u32 i = 0, k = 0; i < nlit + ndist; k++) {
+        if ((k & 31) == 31)
+            uart_poll(); /* up to 316 codes: keep the link served */
         refill(b);
         u32 e = lookup(lit_table, CLEN_ROOT, b->buf);
         if ((int)e >= 0)
