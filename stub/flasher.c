@@ -1518,10 +1518,18 @@ static void write_done(struct pending *pend, u8 bad)
  * the dictionary a BC frame may name next (p may be inflate_buf itself). */
 static void dict_keep(u32 addr, const u8 *p, u32 n)
 {
-    u32 k = n < DICT ? n : DICT;
+    typedef u64 __attribute__((may_alias)) dword;
+    u32 k = n < DICT ? n : DICT, i = 0;
     u8 *to = inflate_buf - k;
-    for (u32 i = 0; i < k; i++) {
-        to[i] = p[n - k + i];
+    const u8 *from = p + n - k;
+    if ((((u64)to | (u64)from) & 7) == 0) /* as a decoded frame's whole pages always are */
+        for (; i + 8 <= k; i += 8) {
+            *(dword *)(void *)(to + i) = *(const dword *)(const void *)(from + i);
+            if ((i & 1023) == 1016)
+                uart_poll();
+        }
+    for (; i < k; i++) {
+        to[i] = from[i];
         if ((i & 1023) == 1023)
             uart_poll();
     }

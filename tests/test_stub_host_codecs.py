@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import deflate_writer as dw
 
 STUB = Path(__file__).resolve().parents[1] / "stub"
 CAP = 65536
@@ -196,3 +197,160 @@ def test_a_stream_reaching_before_its_dictionary_is_an_error(lib):
     assert inflate_after(lib, zdict, stream) == zdict[:600]
     assert inflate_after(lib, zdict[-100:], stream) is None
     assert inflate(lib, stream) is None
+
+
+def chosen_codes_stream(rng: random.Random, history: int, blocks: int, deep: float):
+    """A stream of ``blocks`` dynamic blocks, each with a random complete code (codes
+    up to 15 bits when ``deep`` is high) and random symbols of that code: literals and
+    copies reaching back into ``history`` bytes of dictionary or the output so far."""
+    bits, symbols_out = dw.Bits(), 0
+    for b in range(blocks):
+        literals = rng.sample(range(256), rng.randrange(1, 257))
+        lengths = rng.sample(range(257, 286), rng.randrange(0, 30))
+        dists = rng.sample(range(30), rng.randrange(1, 31))
+        lit_len = dw.lengths_for(rng, literals + lengths + [256], 286, deep)
+        dist_len = dw.lengths_for(rng, dists, 30, deep) if len(dists) > 1 else [0] * 30
+        if len(dists) == 1:
+            dist_len[dists[0]] = 1  # a lone distance code of one bit
+        symbols = []
+        for _ in range(rng.randrange(0, 300)):
+            reach = history + symbols_out
+            usable = [d for d in dists if dw.DISTANCES[d][0] <= reach]
+            if lengths and usable and rng.random() < 0.5:
+                ls, ds = rng.choice(lengths), rng.choice(usable)
+                base, extra = dw.LENGTHS[ls - 257]
+                length = base + rng.randrange(1 << extra)
+                length = length if ls == 285 else min(length, 257)  # 258: code 285
+                dbase, dextra = dw.DISTANCES[ds]
+                distance = min(reach, dbase + rng.randrange(1 << dextra))
+                if symbols_out + length > CAP:
+                    break
+                symbols.append(("copy", length, distance))
+                symbols_out += length
+            elif symbols_out < CAP:
+                symbols.append(("lit", rng.choice(literals)))
+                symbols_out += 1
+        dw.dynamic_block(bits, lit_len, dist_len, symbols, b == blocks - 1)
+    return bits.bytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    deep=st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+    blocks=st.integers(1, 3),
+    history=st.sampled_from([0, 1, 300, 32768]),
+)
+def test_inflate_decodes_any_complete_code(lib, seed, deep, blocks, history):
+    """Codes zlib's encoder never makes: up to 15 bits (second-level tables of every
+    depth, the end of block and distances among the long codes), several blocks with
+    different codes (no entry of one block's tables may survive into the next), a lone
+    one-bit distance code; zlib decodes each stream too."""
+    rng = random.Random(seed)
+    zdict = rng.randbytes(history)
+    stream = chosen_codes_stream(rng, history, blocks, deep)
+    want = zlib.decompressobj(-15, zdict=zdict).decompress(stream) if zdict else None
+    want = want if zdict else zlib.decompress(stream, -15)
+    assert inflate_after(lib, zdict, stream) == want
+
+
+def chain_lengths(symbols: list[int], size: int) -> list[int]:
+    """The deepest code: lengths 1, 2, ..., 14, 15, 15 for the symbols in order."""
+    lengths = [0] * size
+    for i, s in enumerate(symbols):
+        lengths[s] = min(i + 1, 15)
+    return lengths
+
+
+def test_fifteen_bit_codes_for_every_kind_of_symbol(lib):
+    """End of block, a length code and a distance code of 15 bits, each behind a run of
+    shorter codes: the longest codes the format has, all in second-level tables."""
+    lit = chain_lengths([ord("a")] + list(range(1, 14)) + [285, 256], 286)
+    dist = chain_lengths(list(range(1, 15)) + [0, 29], 30)
+    syms = [("lit", ord("a"))] * 3 + [("lit", 13), ("copy", 258, 1), ("copy", 258, 4)]
+    bits = dw.Bits()
+    dw.dynamic_block(bits, lit, dist, syms, True)
+    stream = bits.bytes()
+    want = zlib.decompress(stream, -15)
+    assert len(want) == 4 + 2 * 258
+    assert inflate(lib, stream) == want
+    zdict = bytes(range(256)) * 128  # 32 KiB: distance code 29 (24577+) reaches into it
+    bits = dw.Bits()
+    dw.dynamic_block(bits, lit, dist, [("copy", 258, 32768), ("copy", 258, 24577)], True)
+    stream = bits.bytes()
+    want = zlib.decompressobj(-15, zdict=zdict).decompress(stream)
+    start = len(zdict) + 258 - 24577  # the second copy's start, counted in the dictionary
+    assert inflate_after(lib, zdict, stream) == want == zdict[:258] + zdict[start : start + 258]
+
+
+def one_block(symbols: list[tuple], dist: list[int], lit: list[int] | None = None) -> bytes:
+    """The last block: the code lengths given, by default a complete code over every
+    literal and length code (226 of 8 bits, 60 of 9)."""
+    bits = dw.Bits()
+    dw.dynamic_block(bits, lit or [8] * 226 + [9] * 60, dist, symbols, True)
+    return bits.bytes()
+
+
+#: a complete code over the 30 distance codes: 2 of 4 bits, 28 of 5
+FLAT_DIST = [4] * 2 + [5] * 28
+
+
+def test_copies_at_the_edges_of_the_buffer(lib):
+    """A copy from exactly the first byte of the dictionary, one from a byte before it;
+    a copy that ends exactly at the capacity, one that would end a byte past it."""
+    dist = FLAT_DIST
+    zdict = bytes(range(100))
+    reach = one_block([("lit", 1)] * 5 + [("copy", 3, 105)], dist)
+    assert inflate_after(lib, zdict, reach) == bytes([1] * 5) + zdict[:3]
+    beyond = one_block([("lit", 1)] * 5 + [("copy", 3, 106)], dist)
+    with pytest.raises(zlib.error):
+        zlib.decompressobj(-15, zdict=zdict).decompress(beyond)
+    assert inflate_after(lib, zdict, beyond) is None
+    full = one_block([("lit", 7), ("lit", 8)] + [("copy", 258, 2)] * 3, dist)
+    want = bytes([7, 8] * 388)
+    assert zlib.decompress(full, -15) == want
+    assert inflate(lib, full, cap=len(want)) == want
+    assert inflate(lib, full, cap=len(want) - 1) is None
+    assert inflate(lib, full, cap=len(want) - 258) is None
+
+
+def test_incomplete_and_oversubscribed_codes_are_errors(lib):
+    """Code lengths that leave codes unused (more than one lone one-bit code) or that
+    give out more codes than exist: errors, never a table with holes read as symbols."""
+    rng = random.Random(5)
+    dist = FLAT_DIST
+    for _ in range(50):
+        syms = sorted(rng.sample(range(256), 60)) + [256]
+        lit = dw.lengths_for(rng, syms, 286, 0.7)
+        ok = one_block([("lit", syms[0])], dist, lit)
+        assert inflate(lib, ok) == bytes([syms[0]])
+        holes = list(lit)
+        holes[syms[-2]] = 0  # one leaf fewer: incomplete
+        oversubscribed = list(lit)
+        oversubscribed[285] = max(lit)  # one leaf more
+        for bad in (holes, oversubscribed):
+            stream = one_block([("lit", syms[0])], dist, bad)
+            with pytest.raises(zlib.error):
+                zlib.decompress(stream, -15)
+            assert inflate(lib, stream) is None
+
+
+def test_damaged_long_code_streams_never_overrun(lib):
+    """Bit flips and cuts in streams of long codes and copies into a dictionary: the
+    damage lands in code lengths, second-level tables, distances; the decoder returns,
+    leaves the dictionary and everything past the capacity untouched, and reports an
+    error for a shortened stream (the last byte holds the end of the last block)."""
+    rng = random.Random(13)
+    for _ in range(40):
+        history = rng.choice([0, 50, 32768])
+        zdict = rng.randbytes(history)
+        stream = chosen_codes_stream(rng, history, rng.randrange(1, 3), rng.random())
+        good = inflate_after(lib, zdict, stream)
+        assert good is not None
+        for cut in (1, len(stream) // 2, len(stream) - 1):
+            assert inflate_after(lib, zdict, stream[:cut]) is None  # its end of block is cut
+        for _ in range(30):
+            bad = bytearray(stream)
+            for _ in range(rng.randrange(1, 4)):
+                bad[rng.randrange(len(bad))] ^= 1 << rng.randrange(8)
+            inflate_after(lib, zdict, bytes(bad), cap=rng.choice([CAP, len(good)]))
