@@ -17,6 +17,7 @@ version of the decoder::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import tempfile
 import zlib
@@ -35,13 +36,17 @@ from unicorn.riscv_const import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "stub"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_flashers import YOLO  # noqa: E402
 from simbench import firmware_like_payload  # noqa: E402
 
-import build  # noqa: E402  (stub/build.py: the flasher's compiler flags)
+# stub/build.py (the flasher's compiler flags), under a name of its own: a plain
+# `import build` would meet PyPA's `build` package where it is installed
+_spec = importlib.util.spec_from_file_location("stub_build", ROOT / "stub" / "build.py")
+assert _spec is not None and _spec.loader is not None
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
 
 FRAME, DICT = 65536, 32768
 BASE, SRC, OUT, STACK, RET = 0x8000_0000, 0x8010_0000, 0x8020_0000, 0x803F_0000, 0x803F_F000
