@@ -140,9 +140,11 @@ def test_stop_interrupts_every_board_cleanly(tmp_path, how) -> None:
                         connection=ConnectOptions(board="maix-bit", baud=BAUD))  # fmt: skip
     assert res.interrupted and res.exit_code == EXIT_INTERRUPTED
     # the board that saw the stop is cut at a frame boundary; the other stops or finishes
+    # (stopped before its burn began if it was still connecting: a clean stop too)
     assert {b.status for b in res.boards} <= {"interrupted", "ok"}
-    cut = [b for b in res.boards if b.status == "interrupted"]
-    assert cut and all("interrupted by Ctrl-C" in b.error["message"] for b in cut)
+    messages = [b.error["message"] for b in res.boards if b.status == "interrupted"]
+    assert any("interrupted by Ctrl-C" in m for m in messages)
+    assert all("interrupted by Ctrl-C" in m or m.startswith("stopped during") for m in messages)
     assert not [t for t in threading.enumerate() if t.name.startswith("board-")]
 
 
