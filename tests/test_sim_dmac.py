@@ -171,8 +171,8 @@ def test_peripheral_to_memory_through_an_endpoint_at_arrival_times() -> None:
     src.queue = [(1.0 + i, 0x40 + i) for i in range(6)]
     rig.single(5, 0x5023_0000, SRAM_BASE + 0x40, 4, W32 | 1 << 4, 2 << 32 | 5 << 39)
     assert rig.dmac.due() == 4.0
-    assert rig.dmac.irq_due(lambda irq: irq == k210.DMA_IRQ[5]) == 4.0
-    assert rig.dmac.irq_due(lambda irq: False) == math.inf
+    assert rig.dmac.due(lambda irq: irq == k210.DMA_IRQ[5]) == 4.0
+    assert rig.dmac.due(lambda irq: False) == math.inf
     rig.t = 2.5
     assert rig.r(rig.ch(5, CH_INTSTATUS)) == 0  # a register read syncs: two items so far
     assert rig.sram.read(SRAM_BASE + 0x40, 12) == bytes.fromhex("40000000 41000000 00000000")

@@ -992,7 +992,7 @@ class Core:
             if at is not None:
                 wake = min(wake, at)
         if mie & MIE_MEIE and self.dmac.armed:
-            wake = min(wake, self.dmac.irq_due(self.plic.passes))
+            wake = min(wake, self.dmac.due(self.plic.passes))
         return max(now, wake) if wake < t_end else None
 
     def _mtimecmp_time(self) -> float:

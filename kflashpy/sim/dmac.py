@@ -69,6 +69,7 @@ import numpy as np
 
 from ..target import k210
 from .memory import Sram
+from .periph import merge
 
 CHANNELS = 6
 # common registers
@@ -358,20 +359,14 @@ class Dmac:
             if ch.endpoint is not None:
                 ch.endpoint.dma_sync(now)
 
-    def due(self) -> float:
-        """The first completion of an armed block, if the guest does nothing."""
+    def due(self, passes: Callable[[int], bool] | None = None) -> float:
+        """The first completion of an armed block, if the guest does nothing; with
+        ``passes``, of one that raises a done interrupt the PLIC passes (``passes(irq)``)."""
         t = math.inf
         for ch in self.armed:
-            if ch.endpoint is not None:
-                t = min(t, ch.endpoint.dma_due())
-        return t
-
-    def irq_due(self, passes: Callable[[int], bool]) -> float:
-        """The first completion that raises a done interrupt the PLIC passes
-        (``passes(irq)``)."""
-        t = math.inf
-        for ch in self.armed:
-            if ch.endpoint is not None and ch.raises_irq() and passes(ch.irq):
+            if ch.endpoint is None:
+                continue
+            if passes is None or (ch.raises_irq() and passes(ch.irq)):
                 t = min(t, ch.endpoint.dma_due())
         return t
 
@@ -397,29 +392,26 @@ class Dmac:
         return self.common[offset >> 3]
 
     def write(self, offset: int, size: int, value: int) -> None:
-        base = offset & ~7
-        shift = 8 * (offset & 7)
-        mask = ((1 << (8 * size)) - 1) << shift
         if offset >= CH_BASE:
             n = (offset - CH_BASE) >> 8
             if n >= CHANNELS:
                 return
             ch = self.channels[n]
-            old = ch.read(base & 0xFF)
-            ch.write(base & 0xFF, (old & ~mask) | (value << shift & mask))
+            base = offset & 0xF8
+            ch.write(base, merge(ch.read(base), offset, size, value, 8)[1])
             return
         if self.armed:
             self.sync(self.now())
+        base, written = merge(0, offset, size, value, 8)  # the bits this access writes
         if base == CHEN:
-            self._chen(value << shift & mask)
+            self._chen(written)
         elif base == CFG:
-            self.cfg = ((self.cfg & ~mask) | (value << shift & mask)) & 3
+            self.cfg = merge(self.cfg, offset, size, value, 8)[1] & 3
         elif base == RESET:
-            if value << shift & 1:
+            if written & 1:
                 self.reset()
         elif base not in (INTSTATUS, COM_INTCLEAR):
-            old = self.common[base >> 3]
-            self.common[base >> 3] = (old & ~mask) | (value << shift & mask)
+            self.common[base >> 3] = merge(self.common[base >> 3], offset, size, value, 8)[1]
 
     def _chen(self, value: int) -> None:
         if value >> 16 & value >> 24 & 0x3F:

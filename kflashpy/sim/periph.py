@@ -45,12 +45,13 @@ class RegisterFile:
         )
 
 
-def merge(old: int, offset: int, size: int, value: int) -> tuple[int, int]:
-    """Apply a sub-word write to a 32-bit register: return (word offset, new value)."""
-    base = offset & ~3
-    if size >= 4:
-        return base, value & 0xFFFF_FFFF
-    shift = (offset & 3) * 8
+def merge(old: int, offset: int, size: int, value: int, width: int = 4) -> tuple[int, int]:
+    """Apply a sub-word write to a register of ``width`` bytes (32-bit unless said):
+    return (register offset, new value)."""
+    base = offset & ~(width - 1)
+    if size >= width:
+        return base, value & ((1 << (8 * width)) - 1)
+    shift = (offset & (width - 1)) * 8
     mask = ((1 << (8 * size)) - 1) << shift
     return base, (old & ~mask) | ((value << shift) & mask)
 
