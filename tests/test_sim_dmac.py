@@ -184,6 +184,34 @@ def test_peripheral_to_memory_through_an_endpoint_at_arrival_times() -> None:
     assert src.queue == [(5.0, 0x44), (6.0, 0x45)]  # the block took exactly its items
 
 
+@pytest.mark.parametrize(("width_code", "fmt"), [(0, "<B"), (1, "<H"), (2, "<I"), (3, "<Q")])
+def test_peripheral_to_memory_items_of_each_width_keep_their_low_bytes(
+    width_code: int, fmt: str
+) -> None:
+    """``Channel.put`` stores each item's low ``width`` bytes, whether the endpoint hands
+    over a list of ints, a numpy array of any unsigned frame type (SPI3's received
+    frames) or bytes (a UART's): each checked against struct packing."""
+    import numpy as np
+
+    rig = Rig()
+    rig.sel[0x68] = 18  # interface 5 <- UART3_RX
+    rig.dmac.endpoints[18] = FakeSource()
+    size = struct.calcsize(fmt)
+    ctl = width_code << 8 | width_code << 11 | 1 << 4  # SAR fixed
+    rig.single(5, 0x5023_0000, SRAM_BASE + 0x100, 12, ctl, 2 << 32 | 5 << 39)
+    ch = rig.dmac.channels[5]
+    assert rig.halts == [] and ch.remaining == 12
+    wide = [0xF1E2_D3C4_B5A6_9788 ^ i << 5 for i in range(4)]
+    frames = np.array([0x8899_AABB + i for i in range(4)], dtype=">u4")
+    assert ch.put(wide, 1.0) == 4
+    assert ch.put(frames, 2.0) == 4
+    assert ch.put(b"\x01\x02\x03\x04\x05", 3.0) == 4  # the block's last four items
+    items = [v & ((1 << 8 * size) - 1) for v in [*wide, *map(int, frames), 1, 2, 3, 4]]
+    got = rig.sram.read(SRAM_BASE + 0x100, 12 * size)
+    assert got == b"".join(struct.pack(fmt, v) for v in items)
+    assert ch.done_at == 3.0 and ch.remaining == 0
+
+
 class FakeSink:
     """A memory -> peripheral endpoint that takes ``per_sync`` items at each sync."""
 

@@ -261,6 +261,21 @@ def test_power_cut_mid_program_is_half_done(flash: NorFlash) -> None:
     assert again.read(0x1000, 200) == got
 
 
+def test_program_wrapping_inside_its_page_and_cut_mid_wrap(flash: NorFlash) -> None:
+    """Data past the page's end wraps to its start, in a completed program and in one a
+    power cut leaves half done: the bytes reached first (from the column on) are
+    programmed, those after the byte in progress are not."""
+    data = bytes(range(0x20, 0x40))  # 32 bytes from column 0xF0: 16 wrap to 0x1000
+    end = program(flash, 0x10F0, data)
+    assert flash.read(0x10F0, 16) == data[:16] and flash.read(0x1000, 16) == data[16:]
+    assert flash.read(0x1010, 0xE0) == b"\xff" * 0xE0
+    cut = NorFlash(size=1 << 20, timing="typical")
+    program(cut, 0x10F0, data)
+    cut.power_cut(end * 0.75)  # 24 of 32 bytes reached (8 after the wrap)
+    assert cut.read(0x10F0, 16) == data[:16] and cut.read(0x1000, 8) == data[16:24]
+    assert cut.read(0x1009, 0xE7) == b"\xff" * 0xE7  # (0x1008: the byte in progress)
+
+
 def test_power_cut_mid_erase_and_when_idle(flash: NorFlash) -> None:
     flash.preload(0, b"\x00" * 4096)
     end = erase(flash, 0x20, 0)

@@ -83,6 +83,7 @@ LEARN_BACKOFF = 2e-3  # virtual seconds between two loop tracings that found no 
 HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
 HEAD_SUSPEND = 0.01  # virtual seconds a wait-loop hook stays off after its loop was busy
 _GPRS = tuple(range(rv.UC_RISCV_REG_X1, rv.UC_RISCV_REG_X1 + 31))
+_STEP_STATE = (rv.UC_RISCV_REG_PC, *_GPRS)  # what a wait-loop trace compares, in one call
 # registers every trap decision (and an mret) needs, read in one call
 _TRAP_READ = (
     rv.UC_RISCV_REG_MSTATUS,
@@ -268,6 +269,7 @@ class Core:
         self._icount = InstructionCounter(uc)
         self._count_cell = self._icount.cell
         self._gpr_ids, self._gpr_vals, self._gpr_ptrs = _reg_batch(_GPRS)
+        self._step_ids, self._step_vals, self._step_ptrs = _reg_batch(_STEP_STATE)
         self._trap_ids, self._trap_vals, self._trap_ptrs = _reg_batch(_TRAP_READ)
         self._tw_ids, self._tw_vals, self._tw_ptrs = _reg_batch(_TRAP_WRITE)
         # the store watcher's callback, made once: hooks come and go many times a second
@@ -1068,12 +1070,14 @@ class Core:
         if self.board.now < self._learn_after or start in self._heads or start in self._suspended:
             return False  # tracing is costly: not again so soon, nor where a hook watches
         self._learn_after = self.board.now + LEARN_BACKOFF
-        seen: dict[tuple[int, bytes], int] = {}
+        seen: dict[bytes, int] = {}
+        uch, ids, ptrs, vals = self._uch, self._step_ids, self._step_ptrs, self._step_vals
         self._watch_stores(True)
         try:
             for _ in range(IDLE_TRACE):
-                pc = self._rr(rv.UC_RISCV_REG_PC)
-                key = (pc, self._gprs())
+                # pc and x1..x31 in one call (a trace steps up to IDLE_TRACE times)
+                _uc_reg_read_batch(uch, ids, ptrs, len(_STEP_STATE))
+                key, pc = bytes(vals), vals[0]
                 if key in seen:
                     if seen[key] != self._stores:
                         return False

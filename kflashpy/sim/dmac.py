@@ -147,15 +147,17 @@ class Channel:
         """Peripheral -> memory: store up to :attr:`remaining` of ``values`` (the last
         one received at ``at``); return how many were taken. Bytes are items whose upper
         bits are 0 (a UART's received bytes)."""
-        count = min(len(values), self.remaining)
+        # :attr:`remaining` inlined: a UART's DMA puts a few bytes at every sync
+        count = min(len(values), self.items - self.moved if self.enabled else 0)
         if count:
             width = self.width
             if isinstance(values, (bytes, bytearray)):  # the hot path: a few bytes
                 raw = bytearray(count * width)
                 raw[::width] = values[:count]
             else:
-                items = np.asarray(values[:count], dtype=np.uint64).astype("<u8")
-                raw = bytearray(items.view(np.uint8).reshape(-1, 8)[:, :width].tobytes())
+                # each item's low ``width`` bytes (an unsigned cast keeps them)
+                items = np.asarray(values[:count], dtype=np.uint64)
+                raw = bytearray(items.astype(f"<u{width}").tobytes())
             self._store(raw)
             self.moved += count
             if self.moved == self.items:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import mmap
 import os
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from hashlib import sha256
 from pathlib import Path
 from typing import BinaryIO
@@ -156,9 +156,20 @@ class _Pending:
     end: float
     address: int = 0
     old: bytes = b""
-    #: program: (column-ordered) target offsets and data bytes
-    offsets: list[int] = field(default_factory=list)
+    #: program: the column of the first data byte, and the data bytes
+    column: int = 0
     values: bytes = b""
+
+    def offsets(self) -> list[int]:
+        """A program's target offsets, in the order of :attr:`values`. Computed only when
+        a power cut needs them: a page program is the hot path of every burn."""
+        return _page_offsets(self.address, self.column, len(self.values))
+
+
+def _page_offsets(page: int, column: int, count: int) -> list[int]:
+    """The offsets ``count`` bytes programmed from ``column`` of ``page`` reach (the
+    column wraps inside the page)."""
+    return [page + ((column + k) & (PAGE_SIZE - 1)) for k in range(count)]
 
 
 # opcode -> (name, header bytes after the opcode: address + dummy)
@@ -606,7 +617,6 @@ class NorFlash:
             return
         page = address & ~(PAGE_SIZE - 1)
         col = (address + clocked - len(body)) & (PAGE_SIZE - 1)
-        offsets = [page + ((col + k) & (PAGE_SIZE - 1)) for k in range(len(body))]
         old = bytes(self.data[page : page + PAGE_SIZE])
         if col + len(body) <= PAGE_SIZE:
             start = page + col
@@ -614,7 +624,7 @@ class NorFlash:
             new = cur & int.from_bytes(body, "big")
             self.data[start : start + len(body)] = new.to_bytes(len(body), "big")
         else:
-            for off, value in zip(offsets, body, strict=True):
+            for off, value in zip(_page_offsets(page, col, len(body)), body, strict=True):
                 self.data[off] &= value
         self.stats.programs += 1
         self.stats.bytes_programmed += len(body)
@@ -625,7 +635,7 @@ class NorFlash:
             self.timing.program_time(len(body)),
             address=page,
             old=old,
-            offsets=offsets,
+            column=col,
             values=body,
         )
 
@@ -775,7 +785,7 @@ class NorFlash:
         page = pending.address
         self.data[page : page + PAGE_SIZE] = pending.old
         reached = int(done * len(pending.values))
-        for k, (off, value) in enumerate(zip(pending.offsets, pending.values, strict=True)):
+        for k, (off, value) in enumerate(zip(pending.offsets(), pending.values, strict=True)):
             if k < reached:
                 self.data[off] &= value
             elif k == reached:

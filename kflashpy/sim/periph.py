@@ -157,6 +157,8 @@ class Clint(RegisterFile):
         self.cmp = (1 << 64) - 1  # mtimecmp, kept as an int for the per-interrupt checks
 
     def read(self, offset: int, size: int) -> int:
+        if offset == self.MTIME and size == 4:  # the low word: timing loops poll it
+            return self._ticks() & 0xFFFF_FFFF
         if self.MTIME <= offset < self.MTIME + 8:
             value = self._ticks() >> ((offset - self.MTIME) * 8)
             return value & ((1 << (8 * size)) - 1)

@@ -73,7 +73,9 @@ class NoDevice:
 
 def _wire_bytes(frames: Sequence[int], fb: int) -> bytes:
     """Frames of ``fb`` bytes as they go on the wire (most significant byte first)."""
-    wide = np.asarray(frames, dtype=np.uint64) & np.uint64((1 << (8 * fb)) - 1)
+    wide = np.asarray(frames, dtype=np.uint64)
+    if fb in (1, 2, 4, 8):  # a frame per SPI word (every burn): an unsigned cast keeps them
+        return wide.astype(f">u{fb}").tobytes()
     return wide.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - fb :].tobytes()
 
 

@@ -233,13 +233,10 @@ class DwUart(_Uart):
         return fifo | 0x01
 
     def read(self, offset: int, size: int) -> int:
-        if offset == LSR:  # first: polled programs read it most (several times a byte)
-            self.pull()
-            # TEMT always; bit 5 = THRE (classic) or "TX FIFO full" with PTIME: never full
-            return 0x40 | (0 if self.ier & IER_PTIME else 0x20) | (1 if self.rx else 0)
-        if offset in _RX_STATE:
-            self.pull()
+        # the receive registers first, in the order programs read them most: RBR (one
+        # read per byte, with no status read before it once RFL said how many), LSR
         if offset == RBR:
+            self.pull()
             if self.lcr & LCR_DLAB:
                 return self.dll
             if not self.rx:
@@ -249,6 +246,12 @@ class DwUart(_Uart):
             if self.trigger > 1:  # a read restarts the character timeout
                 self.rx_activity = self.now()
             return value
+        if offset == LSR:
+            self.pull()
+            # TEMT always; bit 5 = THRE (classic) or "TX FIFO full" with PTIME: never full
+            return 0x40 | (0 if self.ier & IER_PTIME else 0x20) | (1 if self.rx else 0)
+        if offset in _RX_STATE:
+            self.pull()
         if offset == IIR:
             return self._iir()
         if offset == IER:
