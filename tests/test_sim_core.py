@@ -215,6 +215,44 @@ def test_csrr_mip_in_the_alias_view_stays_there() -> None:
     assert read_for(port, 0.01) == b"4"
 
 
+def test_polled_programs_run_long_slices_while_interrupts_are_off() -> None:
+    """Core._pick_tlb: a program that has taken no trap in its first 1024 slices runs in
+    slices of up to POLLED_SLICE_S while mstatus.MIE is clear and no DMA channel is
+    armed, of MAX_SLICE_S again while one is (the program may watch the items it brings
+    in memory) or while MIE is set (interrupts are taken between slices)."""
+    from unicorn import riscv_const as rv
+
+    from kflashpy.sim.core import MAX_SLICE_S, MSTATUS_MIE, POLLED_SLICE_S
+
+    busy = program(
+        auipc(T0),
+        addi(T0, T0, 0x100),
+        lw(T1, T0, 0),  # 0x08: count in memory for ever (never idle, never a trap)
+        addi(T1, T1, 1),
+        sw(T1, T0, 0),
+        jal(0, -12),
+    )
+    port = open_isp()
+    upload_and_boot(port, busy)
+    board = port.sim_board
+    read_for(port, 1100 * MAX_SLICE_S)  # past the first 1024 slices
+    core = board.core
+    assert core._polled and core.traps == 0
+    slices, t = core.slices, board.now
+    read_for(port, 10 * POLLED_SLICE_S)
+    assert core.slices - slices <= (board.now - t) / POLLED_SLICE_S + 1
+    core.dmac.armed.append(core.dmac.channels[0])  # as if armed (no endpoint: moves nothing)
+    slices, t = core.slices, board.now
+    read_for(port, 100 * MAX_SLICE_S)
+    assert core.slices - slices >= (board.now - t) / MAX_SLICE_S - 1
+    core.dmac.armed.clear()
+    core._rw(rv.UC_RISCV_REG_MSTATUS, MSTATUS_MIE)  # as if the program enabled them
+    slices, t = core.slices, board.now
+    read_for(port, 100 * MAX_SLICE_S)
+    assert core.slices - slices >= (board.now - t) / MAX_SLICE_S - 1
+    assert core.traps == 0  # (no interrupt enabled in mie: none taken)
+
+
 def test_tlb_kept_for_trapping_programs_and_given_back_for_polled_ones(monkeypatch) -> None:
     """Host speed only (Core._pick_tlb): a program that traps keeps unicorn's virtual TLB
     (its handler's stores are cheap there); one that has taken no trap after its first

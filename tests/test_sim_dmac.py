@@ -212,6 +212,25 @@ def test_peripheral_to_memory_items_of_each_width_keep_their_low_bytes(
     assert ch.done_at == 3.0 and ch.remaining == 0
 
 
+def test_arming_a_block_tells_the_core_whether_its_end_is_known() -> None:
+    """``Dmac.end_slice`` after every arming: True where the endpoint knows when the
+    block completes (the core ends the slice, so that the next one ends there), False
+    where it does not yet (as an SPI3 block before the chip is selected: the core then
+    ends only a long slice, Core._end_slice)."""
+    rig = Rig()
+    ends: list[bool] = []
+    rig.dmac.end_slice = ends.append
+    rig.sel[0x68] = 18  # interface 5 <- UART3_RX
+    src = FakeSource()
+    rig.dmac.endpoints[18] = src
+    src.queue = [(1.0, 0x40), (2.0, 0x41)]  # fewer items than the block: end unknown
+    rig.single(5, 0x5023_0000, SRAM_BASE + 0x40, 4, W32 | 1 << 4, 2 << 32 | 5 << 39)
+    rig.w(CHEN, 1 << 13)  # disabled,
+    src.queue += [(3.0, 0x42), (4.0, 0x43)]
+    rig.w(CHEN, 1 << 5 | 1 << 13)  # and enabled again: the fourth item ends it at 4.0
+    assert ends == [False, True] and rig.dmac.due() == 4.0
+
+
 class FakeSink:
     """A memory -> peripheral endpoint that takes ``per_sync`` items at each sync."""
 

@@ -75,6 +75,12 @@ MIN_SLICE = 200
 # counter can be read (see icount.py); otherwise a slice a device or the idle detector
 # stops early is counted as half a slice, and short slices keep that error small.
 MAX_SLICE_S = 20e-6
+# Longest slice of a polled program (Core._pick_tlb) while mstatus.MIE is clear and no
+# DMA channel is armed: no interrupt can be taken between its slices and no block brings
+# items it could see in memory meanwhile (docs/simulator.md, "The DMAC": kflashpy's
+# flasher watches its receive buffer fill), so their length changes nothing it observes
+# but the last digits of the clock's sums, and each slice costs host time.
+POLLED_SLICE_S = 1e-3
 IDLE_TRACE = 64  # longest wait loop (instructions) the idle detector recognises
 MAX_IDLE_HEADS = 16
 TLB_PICK_SLICES = 1024  # slices after which a program without interrupts gets the CPU TLB
@@ -263,6 +269,8 @@ class Core:
         # see _pick_tlb (mypy reads unicorn's Python 2 module, which lacks the method)
         uc.ctl_set_tlb_mode(UC_TLB_VIRTUAL)  # type: ignore[attr-defined]
         self._tlb_picked = False
+        self._polled = False  # see _pick_tlb
+        self._long_slice = False  # the running slice may last POLLED_SLICE_S
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
         self._pval = ctypes.byref(self._val)
@@ -636,14 +644,18 @@ class Core:
     def _is_link_uart(self, uart: DwUart) -> bool:
         return self.rx_uart is uart
 
-    def _end_slice(self) -> None:
+    def _end_slice(self, due_known: bool) -> None:
         """End the running slice after the instruction being executed (a device armed
-        something the next slice must end at), by lowering the slice's limit to what it
-        has executed: unicorn's counter then stops the engine before the next
-        instruction. Stopping the engine inside the MMIO callback instead would make
-        unicorn run the access again when the hart resumes, and a one-shot code hook
-        would only fire in blocks translated after it (see :meth:`_count_code_hook`)."""
+        something: a DMA block whose completion the next slice must end at, or whose
+        end is not known yet, which only a long slice must not run past, see
+        :data:`POLLED_SLICE_S`), by lowering the slice's limit to what it has executed:
+        unicorn's counter then stops the engine before the next instruction. Stopping
+        the engine inside the MMIO callback instead would make unicorn run the access
+        again when the hart resumes, and a one-shot code hook would only fire in blocks
+        translated after it (see :meth:`_count_code_hook`)."""
         cell, limit = self._count_cell, self._icount.limit
+        if not due_known and not self._long_slice:
+            return
         if self._in_slice and cell is not None and limit is not None:
             executed = cell.value  # counted before it runs: the current instruction too
             if executed < self._budget:
@@ -908,7 +920,10 @@ class Core:
             if self._retranslate:  # see _count_code_hook
                 self._retranslate = False
                 self.uc.ctl_flush_tb()  # type: ignore[attr-defined]
-            count = max(MIN_SLICE, int(min(t_stop - board.now, MAX_SLICE_S) * self.cpu_hz))
+            long = self._polled and not regs[0] & MSTATUS_MIE and not self.dmac.armed
+            self._long_slice = long
+            cap = POLLED_SLICE_S if long else MAX_SLICE_S
+            count = max(MIN_SLICE, int(min(t_stop - board.now, cap) * self.cpu_hz))
             self._stall = 0.0
             self._budget, self._accounted = count, 0
             self._skip = None
@@ -1018,10 +1033,16 @@ class Core:
         program doing little but MMIO (kflashpy's flasher) pays more often than it gains
         on its few stores. The hart runs in M mode without translation or PMP, so both
         map addresses one to one: the choice changes host time only, never what the
-        guest sees."""
+        guest sees.
+
+        Such a polled program also runs in slices of up to :data:`POLLED_SLICE_S` from
+        then on while mstatus.MIE is clear and no DMA channel is armed (only where the
+        instruction counter is exact: the fallback counts a slice stopped early as half
+        its budget)."""
         self._tlb_picked = True
         if not self.traps:
             self.uc.ctl_set_tlb_mode(UC_TLB_CPU)  # type: ignore[attr-defined]
+            self._polled = self._count_cell is not None
 
     def _watch_stores(self, on: bool) -> None:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so

@@ -267,10 +267,10 @@ class Channel:
             self.endpoint = None
             self.dmac.armed.remove(self)
             return halt(f"{name} (request {request}): {refused}")
-        if self.enabled and math.isfinite(endpoint.dma_due()):
-            # a block whose end is known ends the slice, so the next one stops there; an
-            # SPI3 block learns its end only when the guest selects the chip
-            self.dmac.end_slice()
+        if self.enabled:
+            # whether the block's end is known (an SPI3 block learns it only when the
+            # guest selects the chip): see Dmac.end_slice
+            self.dmac.end_slice(math.isfinite(endpoint.dma_due()))
         return None
 
     def _memory(self, address: int, fixed: bool, reg_name: str) -> int | None:
@@ -327,13 +327,14 @@ class Dmac:
         sysctl_word: Callable[[int], int],
         now: Callable[[], float],
         halt: Callable[[str], None],
-        end_slice: Callable[[], None] = lambda: None,
+        end_slice: Callable[[bool], None] = lambda _known: None,
     ) -> None:
         self.sram = sram
         self._sysctl_word = sysctl_word
         self.now = now
         self.refuse = halt  # stop the board with this message (nothing is modelled wrong)
-        # a block armed during a slice ends it: the next one then ends at its completion
+        # a block was armed (its end known or not): the core ends the running slice where
+        # the next one must end at the block's completion, or must not be a long one
         self.end_slice = end_slice
         self.endpoints: dict[int, Endpoint] = {}
         self.armed: list[Channel] = []  # channels moving data with an endpoint
