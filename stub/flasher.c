@@ -221,6 +221,17 @@ static void rxd_init(void)
     PLIC_ENABLE0 |= 1u << DMA_IRQ(RXD_CH);
 }
 
+/* A channel's block size, written only when it changes: the DMAC keeps BLOCK_TS as
+ * written (its progress shows in CH_STATUS), and a burn's blocks are mostly of one size
+ * per channel (a page, a receive half). */
+static u32 dma_items[3];
+
+static void dma_block(u32 ch, u32 items)
+{
+    if (dma_items[ch] != items)
+        DMAC_CH(ch, CH_BLOCK_TS) = (dma_items[ch] = items) - 1;
+}
+
 /* when `words` more bytes should have come, plus the grace */
 static void rxd_due(u32 words)
 {
@@ -235,7 +246,7 @@ static void rxd_arm(u32 need)
     while (DMAC_CHEN & (1u << RXD_CH)) /* the last block's channel has stopped */
         ;
     DMAC_CH(RXD_CH, CH_DAR) = (u32)(u64)(rxd_mem + h * RXD_HALF);
-    DMAC_CH(RXD_CH, CH_BLOCK_TS) = k - 1;
+    dma_block(RXD_CH, k);
     DMAC_CHEN = 0x101u << RXD_CH;
     rxd_n[h] = k;
     rxd_i[h] = 0;
@@ -474,8 +485,10 @@ static void spi_stop(void)
 }
 
 /* CTRLR0, CTRLR1 and SPI_CTRLR0 as last written (forgotten at the SPI3 reset): a
- * transaction writes only those that change. Every transaction ends with spi_stop, so
- * the controller is already disabled, as they must be written. */
+ * transaction writes only those that change, and SPI_CTRLR0 (the enhanced format's
+ * instruction, address and wait fields) only for a dual/quad one: standard transfers
+ * ignore it. Every transaction ends with spi_stop, so the controller is already
+ * disabled, as they must be written. */
 static u32 spi_regs[3];
 #define SPI_SET(i, reg, v)            \
     if (spi_regs[i] != (v))           \
@@ -485,7 +498,8 @@ static void spi_setup(u32 ctrlr0, u32 ctrlr1, u32 spi_ctrlr0)
 {
     SPI_SET(0, SPI_CTRLR0, ctrlr0);
     SPI_SET(1, SPI_CTRLR1, ctrlr1);
-    SPI_SET(2, SPI_SPI_CTRLR0, spi_ctrlr0);
+    if (ctrlr0 >> 22 & 3) /* FRF: not standard */
+        SPI_SET(2, SPI_SPI_CTRLR0, spi_ctrlr0);
     SPI_SSIENR = 1;
 }
 
@@ -576,7 +590,7 @@ static void spi_dma(u32 rx, u32 words, int sleep)
 {
     u32 ch = rx ? SPI_RX_CH : SPI_TX_CH;
     DMAC_CH(ch, rx ? CH_DAR : CH_SAR) = (u32)(u64)spi_buf_mem;
-    DMAC_CH(ch, CH_BLOCK_TS) = words - 1;
+    dma_block(ch, words);
     SPI_DMACR = rx ? 1 : 2;
     DMAC_CHEN = 0x101u << ch;
     SPI_SER = 1;
@@ -717,14 +731,21 @@ static void digest_end(u8 out[32])
     sha256_final(&wd, out);
 }
 
-/* Until now() reaches `end`: serve the link, advance the write digest, else sleep. */
-static __attribute__((noinline)) void wait_until(u64 end)
+/* Until now() reaches `end`: serve the link, advance the write digest (a step takes
+ * about 10 us: none in the last 12 us), else sleep. While a receive block is armed,
+ * the sleep ends DECODE_US early once: what landed meanwhile (~200 bytes in a page
+ * program's time at 3 Mbaud, ~20 us to decode) is taken before `end`, not after it,
+ * where the caller's flash work is due. Returns the last now() read. */
+#define DECODE_US 25u
+static __attribute__((noinline)) u64 wait_until(u64 end)
 {
-    while (now() < end) {
+    u64 t;
+    while ((t = now()) < end) {
         uart_poll();
-        if (!digest_step())
-            sleep_until(end);
+        if (end - t < TICKS(12u) || !digest_step())
+            sleep_until(rxd_busy && end - t > TICKS(DECODE_US) ? end - TICKS(DECODE_US) : end);
     }
+    return t;
 }
 
 /* Wait for the end of a program or erase. The status register is first read after
@@ -1026,7 +1047,8 @@ struct pending {
 static struct {
     u32 base, pg, end; /* the unit, the next page and the end (offsets in unit_buf) */
     u64 t0, due;       /* when the page in flight started; when to read its status */
-    u64 took;          /* learned page program time (CLINT ticks), see bg_service */
+    u64 took;          /* learned page program time (CLINT ticks), see bg_step */
+    u64 step;          /* how much earlier than took the next page is looked at */
     int looked;        /* the status of the page in flight was read busy */
     int deferred;      /* an acknowledgement is owed (pend) */
     int active;        /* pages left to program or check */
@@ -1035,32 +1057,37 @@ static struct {
     struct pending pend;
 } bg;
 
-static void bg_service(void)
+/* Go on with the background pages at `t` (now(), read by the caller while a page is
+ * in flight). The status is first read when the page is expected to be done (the chip's
+ * own page time, learned as the pages go), and again every 2 us while it reads busy.
+ * A page seen busy, then done at t, took at most t - t0: that is what the next page is
+ * expected to take. A page done at a first read made on time may have taken less: the
+ * next one is looked at `step` earlier, a step that doubles with every such page (0.13,
+ * 0.26, 0.5, 1 us... up to 1/32 of the time), so a steady chip is caught busy about
+ * once in five pages (one status read more, the page seen done at most 2 us late) and a
+ * faster one is caught up within a few pages. Most pages cost one status read. A
+ * digest step (about 10 us) is taken only where it ends before the status is due. */
+static void bg_step(u64 t)
 {
-    if (!bg.active || !bg.allowed || bg.in)
-        return;
-    bg.in = 1;
     if (bg.busy) {
-        /* The status is first read a little before the page is expected to be done,
-         * then every 2 us: the chip's own page time is learned as the pages go (the
-         * time at which a page was last seen done after being seen busy; looked at 3 %
-         * earlier whenever the first read already finds it done), so the next page goes
-         * out within 2 us of the end whatever the chip's speed. A digest step (about
-         * 10 us) is taken only where it ends before the first read is due. */
-        u64 t = now();
         if (t < bg.due) {
             if (bg.due - t > TICKS(12u))
                 digest_step();
-            bg.in = 0;
             return;
         }
         if (flash_sr1() & 1) {
             bg.looked = 1;
             bg.due = t + TICKS(2u);
-            bg.in = 0;
             return;
         }
-        bg.took = bg.looked ? t - bg.t0 : bg.took - bg.took / 32;
+        if (bg.looked) {
+            bg.took = t - bg.t0;
+            bg.step = 1;
+        } else if (t - bg.due < TICKS(2u)) {
+            bg.took -= bg.step;
+            if (bg.step < bg.took / 32)
+                bg.step *= 2;
+        }
         page_check(bg.base + bg.pg, unit_buf + bg.pg);
         bg.busy = 0;
         bg.pg += PAGE;
@@ -1069,19 +1096,31 @@ static void bg_service(void)
         bg.pg += PAGE;
     if (bg.pg < bg.end) {
         program_start(bg.base + bg.pg, unit_buf + bg.pg, 1);
+        bg.t0 = now(); /* the program began as the transaction ended, just now */
         /* that page's read-back and this one's 256 bytes took ~30 us, 9 bytes at 3
          * Mbaud: the FIFO (16 bytes) is emptied again (bg.in: no recursion), so that the
-         * caller's next poll keeps its whole margin */
+         * caller's next poll keeps its whole margin (it may decode a whole DMA block,
+         * ~25 us: hence t0 before it) */
         uart_poll();
-        bg.t0 = now();
-        if (!bg.took)
+        if (!bg.took) {
             bg.took = TICKS(T_PAGE * 6 / 10);
-        bg.due = bg.t0 + bg.took - TICKS(3u);
+            bg.step = 1;
+        }
+        bg.due = bg.t0 + bg.took;
         bg.looked = 0;
         bg.busy = 1;
     } else {
         bg.active = 0;
     }
+}
+
+/* the link poll's hook: background pages while a frame is checked and decoded */
+static void bg_service(void)
+{
+    if (!bg.active || !bg.allowed || bg.in)
+        return;
+    bg.in = 1;
+    bg_step(bg.busy ? now() : 0);
     bg.in = 0;
 }
 
@@ -1110,21 +1149,13 @@ static void answer(struct pending *p);
 static void write_done(struct pending *pend, u8 bad);
 
 /* Nothing else to do: wait for the page in flight as flash_wait does (the link served,
- * the digest advanced meanwhile), then let bg_service go on. */
+ * the digest advanced meanwhile), then go on with the pages (bg_step). */
 static void bg_wait(void)
 {
-    if (bg.busy) {
-        /* digest steps (about 10 us each) only where they end before the status is due */
-        if (now() + TICKS(12u) < bg.due)
-            wait_until(bg.due - TICKS(12u));
-        while (now() < bg.due) {
-            uart_poll();
-            sleep_until(bg.due);
-        }
-    }
-    bg.allowed = 1;
-    uart_poll();
-    bg.allowed = 0;
+    u64 t = bg.busy ? wait_until(bg.due) : 0; /* then the status at once */
+    bg.in = 1;
+    bg_step(t);
+    bg.in = 0;
 }
 
 /* finish the deferred frame: its pages, its digest, its acknowledgement */
