@@ -1504,8 +1504,8 @@ static int shx_range(u32 addr, u32 n, u8 out[32], u8 *buf)
     return shx_end(out);
 }
 
-/* SHA-256 of [addr, addr+n), by the engine if it can (one message, up to SHX_MAX bytes),
- * else in software; `also` (if set) is fed the same bytes */
+/* SHA-256 of [addr, addr+n), by the engine if it can (one message of 1 to SHX_MAX
+ * bytes), else in software; `also` (if set) is fed the same bytes */
 static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
 {
     u8 buf[SECTOR] __attribute__((aligned(8)));
@@ -1531,7 +1531,7 @@ static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
             return;
         }
     }
-    if (!sha_hw || also || n > SHX_MAX || shx_range(addr, n, out, buf)) {
+    if (!sha_hw || also || !n || n > SHX_MAX || shx_range(addr, n, out, buf)) {
         for (u32 left = n; left;) { /* a sector per read, a page hashed between link polls */
             u32 k = left < SECTOR ? left : SECTOR;
             flash_read(addr, buf, k);

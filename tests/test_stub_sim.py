@@ -537,6 +537,11 @@ def test_digests_go_by_the_sha256_engine():
         # the check (3 blocks), each frame's data and the hash (one padding block each)
         assert sha.dma_blocks >= 3 + 2 * len(data) // 64 and sha.compressed == 0
         assert d.port.sim_board.core.dmac.channels[3].done_at > 0
+        # an empty region: software (the engine cannot hash nothing), the engine kept
+        assert d.stage2.sha256(0x300000, 0) == hashlib.sha256(b"").digest()
+        blocks = sha.dma_blocks
+        assert d.stage2.sha256(0x300000, 100) == hashlib.sha256(data[:100]).digest()
+        assert sha.dma_blocks == blocks + 2
 
 
 @pytest.mark.parametrize("fault", ["stall", "swap"])
