@@ -691,7 +691,7 @@ static u8 flash_sr1(void)
 #define SHX_MAX (65535u * 64 - 72) /* data_cnt is 16 bits */
 /* the expected time of k bytes (mtime ticks, +1): 128 APB0 cycles per 64-byte block,
  * the simulator's figure (docs/simulator.md); a block is waited for 1 ms longer */
-#define SHX_TICKS(k) ((u64)(k) * 2 / 25 + 1)
+#define SHX_TICKS(k) (((u64)(k) * 21 >> 8) + 1) /* 0.082 per byte: 0.08 rounded up */
 static int sha_hw; /* digests by the engine */
 static u32 shx_mem[(SHX_CHUNK + 64) / 4] __attribute__((section(".dma"), aligned(64)));
 #define shx_buf ((u8 *)((u64)shx_mem - 0x40000000u))
@@ -744,11 +744,11 @@ static int shx_wait(void)
 
 /* hand p[0, k) over once the engine has taken the last block: the message's end if
  * `last` (padded here), else k is a multiple of 64. 0, or -1 (given up) */
-static int shx_put(const u8 *p, u32 k, int last)
+static int shx_put(const u8 *p, u64 k, int last)
 {
     typedef u64 __attribute__((may_alias)) dword;
     u8 *b = shx_buf;
-    u32 i = 0;
+    u64 i = 0;
     if (shx_wait())
         return -1;
     if (!((u64)p & 7))
