@@ -688,6 +688,151 @@ static u8 flash_sr1(void)
     return v;
 }
 
+/* ---------------------------------------------------------- SHA-256 engine -- */
+
+/* The K210's SHA-256 engine, fed by DMA (channel SHA_CH, request SHA_RX, bursts of 16
+ * words as the Kendryte FreeRTOS SDK's driver feeds it): the core copies up to 4 KiB
+ * at a time next to it and pads the message, the engine hashes while the core serves
+ * the link and the flash (software takes ~64 cycles a byte). The DMAC reads memory
+ * behind the core's cache, so the bytes go through the uncached view, into a buffer
+ * past what start.S zeroes (link.ld .dma). The standalone SDK feeds the engine by PIO
+ * only, so the DMA mode is not proven on every board: sha_hw_init hashes a test
+ * message through it (in two DMA blocks, as a hash does) and compares with sha256.c.
+ * On a mismatch or a timeout, and if the engine later fails to finish a block,
+ * digests stay in software for the session. */
+#define SHA_CH 3u
+#define SHX_CHUNK SECTOR
+#define SHX_MAX (65535u * 64 - 72) /* data_cnt is 16 bits */
+/* the expected time of k bytes (mtime ticks, +1): 128 APB0 cycles per 64-byte block,
+ * the simulator's figure (docs/simulator.md); a block is waited for 1 ms longer */
+#define SHX_TICKS(k) (((u64)(k) * 21 >> 8) + 1) /* 0.082 per byte: 0.08 rounded up */
+static int sha_hw; /* digests by the engine */
+static u32 shx_mem[(SHX_CHUNK + 64) / 4] __attribute__((section(".dma"), aligned(64)));
+#define shx_buf ((u8 *)((u64)shx_mem - 0x40000000u))
+static u32 shx_fed, shx_busy;
+static u64 shx_due;
+
+/* a message of n bytes follows */
+static void shx_begin(u32 n)
+{
+    SHA_NUM = (n + 72) / 64;
+    SHA_FUNC0 = 1u << 16 | 1u; /* bytes in memory order; start */
+    shx_fed = 0;
+}
+
+/* give the engine up: stop the channel, software from now on */
+static void shx_abort(void)
+{
+    DMAC_CHEN = 0x100u << SHA_CH;
+    while (DMAC_CHEN & (1u << SHA_CH))
+        ;
+    DMAC_CH(SHA_CH, CH_INTCLEAR) = ~0u;
+    SHA_FUNC1 = 0;
+    shx_busy = sha_hw = 0;
+}
+
+/* has the engine taken the last block handed over? */
+static int shx_idle(void)
+{
+    if (shx_busy && DMAC_CH(SHA_CH, CH_INTSTATUS) & DMA_TFR_DONE) {
+        DMAC_CH(SHA_CH, CH_INTCLEAR) = ~0u;
+        shx_busy = 0;
+    }
+    return !shx_busy;
+}
+
+/* wait for that, serving the link: 0, or -1 (given up) 1 ms past its expected end */
+static int shx_wait(void)
+{
+    while (!shx_idle()) {
+        u64 t = now();
+        if (t > shx_due + TICKS(1000)) {
+            shx_abort();
+            return -1;
+        }
+        uart_poll();
+        sleep_until(t < shx_due ? shx_due : t + TICKS(20));
+    }
+    return 0;
+}
+
+/* hand p[0, k) over once the engine has taken the last block: the message's end if
+ * `last` (padded here), else k is a multiple of 64. 0, or -1 (given up) */
+static int shx_put(const u8 *p, u64 k, int last)
+{
+    typedef u64 __attribute__((may_alias)) dword;
+    u8 *b = shx_buf;
+    u64 i = 0;
+    if (shx_wait())
+        return -1;
+    if (!((u64)p & 7))
+        for (; i + 8 <= k; i += 8)
+            *(dword *)(void *)(b + i) = *(const dword *)(const void *)(p + i);
+    for (; i < k; i++)
+        b[i] = p[i];
+    shx_fed += k;
+    if (last) {
+        u64 bits = (u64)shx_fed * 8;
+        b[k++] = 0x80;
+        while (k % 64 != 56)
+            b[k++] = 0;
+        for (int j = 56; j >= 0; j -= 8)
+            b[k++] = (u8)(bits >> j);
+    }
+    __asm__ volatile("fence" ::: "memory"); /* the bytes are in SRAM before the DMAC looks */
+    DMAC_CH(SHA_CH, CH_SAR) = (u32)(u64)shx_mem;
+    DMAC_CH(SHA_CH, CH_BLOCK_TS) = k / 4 - 1;
+    DMAC_CHEN = 0x101u << SHA_CH;
+    SHA_FUNC1 = 1; /* after the channel, as the FreeRTOS SDK; it stays set */
+    shx_busy = 1;
+    shx_due = now() + SHX_TICKS(k);
+    return 0;
+}
+
+/* the digest, once the engine is done: 0, or -1 (given up) */
+static int shx_end(u8 out[32])
+{
+    if (shx_wait())
+        return -1;
+    for (u32 i = 0; !(SHA_FUNC0 & 1); i++) /* its last rounds */
+        if (i > 100000) {
+            shx_abort();
+            return -1;
+        }
+    SHA_FUNC1 = 0;
+    for (int i = 0; i < 32; i++)
+        out[i] = (u8)(SHA_RESULT(7 - i / 4) >> (8 * (i % 4)));
+    return 0;
+}
+
+/* configure the channel and check the engine on a test message of 134 bytes (a block,
+ * then 70 bytes and the padding) against sha256.c */
+static void sha_hw_init(void)
+{
+    struct sha256 s;
+    u8 v[134], sw[32], hw[32];
+    SYSCTL_CLK_EN_PERI |= PERI_SHA;
+    SYSCTL_DMA_SEL0 = (SYSCTL_DMA_SEL0 & ~(0x3Fu << 6 * SHA_CH)) | DMA_REQ_SHA_RX << 6 * SHA_CH;
+    /* DMS = master 2, DAR fixed, 32-bit items, bursts of 16; memory -> peripheral, the
+     * destination on hardware handshake interface SHA_CH; no interrupt (polled) */
+    DMAC_CH(SHA_CH, CH_CTL) = 1u << 2 | 1u << 6 | 2u << 8 | 2u << 11 | 3u << 14 | 3u << 18;
+    DMAC_CH(SHA_CH, CH_CFG + 4) = 1u | 1u << 3 | SHA_CH << 7 | SHA_CH << 12;
+    DMAC_CH(SHA_CH, CH_DAR) = SHA_DATA_IN;
+    DMAC_CH(SHA_CH, CH_INTSTATUS_EN) = DMA_TFR_DONE;
+    for (u32 i = 0; i < sizeof(v); i++)
+        v[i] = (u8)(i * 0x9D + 0x35);
+    sha256_init(&s);
+    sha256_update(&s, v, sizeof(v));
+    sha_hw = 1;
+    shx_begin(sizeof(v));
+    if (!shx_put(v, 64, 0))
+        shx_put(v + 64, sizeof(v) - 64, 1);
+    sha256_final(&s, sw);
+    if (sha_hw && !shx_end(hw))
+        for (int i = 0; i < 32; i++)
+            sha_hw &= hw[i] == sw[i];
+}
+
 /* ------------------------------------------------------------ write check -- */
 
 /* Every page a write programs or erases is read back and compared with what it should
@@ -695,30 +840,46 @@ static u8 flash_sr1(void)
  * bytes already, or lie in a sector a hash list read erased with nothing programmed
  * there since (erased_known). A write frame's acknowledgement then carries the SHA-256 of the frame's
  * data: the host compares it with its own, so flash == decoded data == host data, every
- * byte, without a separate hash pass. The digest is computed 64 bytes at a time inside
- * the flash's busy waits (a step takes about 10 us), where the core would only sleep. */
+ * byte, without a separate hash pass. The digest advances inside the flash's busy
+ * waits, where the core would only sleep: 64 bytes hashed per step (about 10 us), or
+ * with the engine (sha_hw) the next 4 KiB copied next to it and handed over once it
+ * has taken the last. */
 static struct sha256 wd;
 static const u8 *wd_src;
-static u32 wd_left;
+static u32 wd_left, wd_n;
+static int wd_hw;     /* this digest goes by the engine */
 static int wd_bad;    /* a page read back differed */
 static u32 wd_erased; /* the write erased a sector or block (bit 0 of the ack's flags) */
 
 static void digest_begin(const u8 *p, u32 n)
 {
-    sha256_init(&wd);
     wd_src = p;
-    wd_left = n;
+    wd_left = wd_n = n;
     wd_bad = 0;
     wd_erased = 0;
+    wd_hw = sha_hw && n;
+    if (wd_hw)
+        shx_begin(n);
+    else
+        sha256_init(&wd);
 }
 
-/* hash the next 64 bytes of the frame's data; 0 when there is nothing left */
+/* one step of the digest; 0 when there is nothing to do now (all taken, or the engine
+ * still busy with the last 4 KiB) */
 static int digest_step(void)
 {
+    u32 k;
     if (!wd_left)
         return 0;
-    u32 k = wd_left < 64 ? wd_left : 64;
-    sha256_update(&wd, wd_src, k);
+    if (wd_hw) {
+        if (!shx_idle())
+            return 0;
+        k = wd_left < SHX_CHUNK ? wd_left : SHX_CHUNK;
+        shx_put(wd_src, k, k == wd_left); /* the engine is idle: it cannot fail */
+    } else {
+        k = wd_left < 64 ? wd_left : 64;
+        sha256_update(&wd, wd_src, k);
+    }
     wd_src += k;
     wd_left -= k;
     return 1;
@@ -726,6 +887,17 @@ static int digest_step(void)
 
 static void digest_end(u8 out[32])
 {
+    if (wd_hw) {
+        while (wd_left && (digest_step() || !shx_wait()))
+            uart_poll();
+        if (!wd_left && !shx_end(out))
+            return;
+        /* the engine failed and is given up: the frame's bytes again, in software */
+        wd_src -= wd_n - wd_left;
+        wd_left = wd_n;
+        wd_hw = 0;
+        sha256_init(&wd);
+    }
     while (digest_step())
         uart_poll();
     sha256_final(&wd, out);
@@ -1347,7 +1519,24 @@ static void chip_erase(void)
 static u8 blank_digest[32];
 static int blank_digest_ok;
 
-/* SHA-256 of [addr, addr+n); `also` (if set) is fed the same bytes */
+/* the digest of [addr, addr+n) by the engine: a sector at a time read into buf while
+ * the engine takes the last one. 0, or -1 (given up) */
+static int shx_range(u32 addr, u32 n, u8 out[32], u8 *buf)
+{
+    shx_begin(n);
+    for (u32 left = n; left;) {
+        u32 k = left < SHX_CHUNK ? left : SHX_CHUNK;
+        flash_read(addr, buf, k);
+        if (shx_put(buf, k, k == left))
+            return -1;
+        addr += k;
+        left -= k;
+    }
+    return shx_end(out);
+}
+
+/* SHA-256 of [addr, addr+n), by the engine if it can (one message of 1 to SHX_MAX
+ * bytes), else in software; `also` (if set) is fed the same bytes */
 static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
 {
     u8 buf[SECTOR] __attribute__((aligned(8)));
@@ -1373,20 +1562,22 @@ static void hash_range(u32 addr, u32 n, u8 out[32], struct sha256 *also)
             return;
         }
     }
-    for (u32 left = n; left;) { /* a sector per read, a page hashed between link polls */
-        u32 k = left < SECTOR ? left : SECTOR;
-        flash_read(addr, buf, k);
-        for (u32 i = 0; i < k; i += PAGE) {
-            u32 m = k - i < PAGE ? k - i : PAGE;
-            sha256_update(&s, buf + i, m);
-            if (also)
-                sha256_update(also, buf + i, m);
-            uart_poll();
+    if (!sha_hw || also || !n || n > SHX_MAX || shx_range(addr, n, out, buf)) {
+        for (u32 left = n; left;) { /* a sector per read, a page hashed between link polls */
+            u32 k = left < SECTOR ? left : SECTOR;
+            flash_read(addr, buf, k);
+            for (u32 i = 0; i < k; i += PAGE) {
+                u32 m = k - i < PAGE ? k - i : PAGE;
+                sha256_update(&s, buf + i, m);
+                if (also)
+                    sha256_update(also, buf + i, m);
+                uart_poll();
+            }
+            addr += k;
+            left -= k;
         }
-        addr += k;
-        left -= k;
+        sha256_final(&s, out);
     }
-    sha256_final(&s, out);
     if (blank) {
         for (int i = 0; i < 32; i++)
             blank_digest[i] = out[i];
@@ -1435,7 +1626,7 @@ static void cmd_identify(void)
     v[0] = 0x5950464Bu; /* "KFPY" */
     v[1] = PROTO_VERSION | (FW_VERSION << 16);
     v[2] = CAPS;
-    v[3] = jedec[0] | (jedec[1] << 8) | (jedec[2] << 16) | ((u32)flash_ok << 24);
+    v[3] = jedec[0] | (jedec[1] << 8) | (jedec[2] << 16) | ((u32)(flash_ok | sha_hw << 1) << 24);
     reply_bytes(v, 16);
     reply_bytes(uid, 8);
     v[0] = flash_size;
@@ -1846,6 +2037,7 @@ int main(u32 magic, u32 boot_baud)
     }
     link_wake_init();
     rxd_init();
+    sha_hw_init();
     flash_init();
     for (;;) {
         if (!q_count && bg.active) { /* nothing to decode meanwhile: keep programming */

@@ -80,6 +80,16 @@ typedef unsigned long u64;
 #define PERI_DMA (1u << 1)
 #define DMA_REQ_UART3_RX 18u
 
+/* SHA-256 engine (docs/flasher-protocol.md "Hashing"; Kendryte SDK sha256.h), fed by DMA */
+#define SHA256 0x502C0000u
+#define SHA_RESULT(i) REG32(SHA256 + 4u * (i)) /* word 7-i: digest bytes 4i..4i+3, LE */
+#define SHA_DATA_IN (SHA256 + 0x20)
+#define SHA_NUM REG32(SHA256 + 0x28)   /* bits 0-15 data_cnt: the message's 64-byte blocks */
+#define SHA_FUNC0 REG32(SHA256 + 0x2C) /* bit 0 sha_en (reads 1 once done), 16 endian */
+#define SHA_FUNC1 REG32(SHA256 + 0x34) /* bit 0 dma_en: words come by DMA (SHA_RX) */
+#define PERI_SHA (1u << 26)
+#define DMA_REQ_SHA_RX 21u
+
 /* CLINT: mtime counts at CPU clock / 50. A 64-bit access is two bus accesses (the
  * flasher reads the low word alone, flasher.c "now") */
 #define MTIME (*(volatile u64 *)0x0200BFF8u)

@@ -185,6 +185,10 @@ def test_identify_parse_and_foreign_reply():
                      3_000_000, 65536, 4 | 2 << 16, 0x80580000, 0x80000000, 0x80580000)  # fmt: skip
     info = FlasherInfo.parse(bytes(p))
     assert (info.jedec_id, info.flash_ok, info.slots, info.window) == (0xEF4018, True, 4, 2)
+    assert not info.sha_engine
+    p[15] = 2  # the flash did not answer, digests by the SHA-256 engine
+    info = FlasherInfo.parse(bytes(p))
+    assert not info.flash_ok and info.sha_engine
     assert info.unique_id == b"UNIQUEID" and info.baud == 3_000_000
     with pytest.raises(ProtocolError, match="not from kflashpy") as e:
         FlasherInfo.parse(b"\x00" * 64)

@@ -73,7 +73,7 @@ def test_hot_plug_sequence_and_yield_report(tmp_path) -> None:
                      on_event=lambda kind, what: events.append((kind, what)))  # fmt: skip
         runner = threading.Thread(target=st.run)
         runner.start()
-        a, b = _url(tmp_path, 1), _url(tmp_path, 2, "&disconnect=20000")
+        a, b = _url(tmp_path, 1), _url(tmp_path, 2, "&disconnect=24000")
         bench.plug(a)
         bench.plug(b)  # two boards at once; b fails mid-write
         _wait(lambda: len(report.records) == 2)

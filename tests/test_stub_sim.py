@@ -299,6 +299,7 @@ def test_cli_read_verify_flash_id(tmp_path, capsys):
     assert main([*common, "flash-id"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["result"]["jedec_id"] == "0xEF4018" and doc["result"]["size"] == 16 << 20
+    assert doc["result"]["sha256"] == "engine"  # checked on the board, docs/flasher-protocol.md
     assert main([*common, "verify", "0x1000", str(src)]) == 0
     capsys.readouterr()
     assert main([*common, "verify", "0x1000", str(src), "0x2000", str(src)]) == 3
@@ -515,3 +516,60 @@ def test_register_reads_the_link_and_the_clock_cost(monkeypatch):
         monkeypatch.setattr(Channel, "start", lambda ch, now: (blocks.append(ch.n), start(ch, now)))
         assert d.stage2.sha256(0x400000, 0x10000) == hashlib.sha256(b"\xff" * 0x10000).digest()
         assert blocks.count(2) == 0x10000 // 0x1000  # SPI3 reads: a sector each
+
+
+def _burn_and_hash(d, data: bytes, at: int):
+    """Burn ``data`` (write frames, each acknowledged with its digest), hash it on the
+    board; (digest, SHA-256 engine)."""
+    burn_on(d, [WriteRegion(at, data, "data")], reboot=False)
+    assert bytes(d.port.sim_board.flash.data[at : at + len(data)]) == data
+    return d.stage2.sha256(at, len(data)), d.port.sim_board.core.sha
+
+
+def test_digests_go_by_the_sha256_engine():
+    """Checked at start, the engine's DMA mode hashes what is written (the write
+    digests) and the hash after the burn; the model computes them with hashlib."""
+    data = _mixed(0x28000, 31)
+    with connect(SIM, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        assert d.stage2.info.sha_engine
+        digest, sha = _burn_and_hash(d, data, 0x300000)
+        assert digest == hashlib.sha256(data).digest()
+        # the check (3 blocks), each frame's data and the hash (one padding block each)
+        assert sha.dma_blocks >= 3 + 2 * len(data) // 64 and sha.compressed == 0
+        assert d.port.sim_board.core.dmac.channels[3].done_at > 0
+        # an empty region: software (the engine cannot hash nothing), the engine kept
+        assert d.stage2.sha256(0x300000, 0) == hashlib.sha256(b"").digest()
+        blocks = sha.dma_blocks
+        assert d.stage2.sha256(0x300000, 100) == hashlib.sha256(data[:100]).digest()
+        assert sha.dma_blocks == blocks + 2
+
+
+@pytest.mark.parametrize("fault", ["stall", "swap"])
+def test_a_sha256_engine_that_fails_the_check_is_not_used(monkeypatch, fault):
+    """An engine whose DMA mode never asks for data, or takes it in the other byte
+    order: the check at start fails, digests stay in software, the burn is right."""
+    from kflashpy.sim.crypto import ShaEngine
+
+    monkeypatch.setattr(ShaEngine, "dma_fault", fault)
+    data = _mixed(0x12000, 32)
+    with connect(SIM, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        assert not d.stage2.info.sha_engine
+        digest, sha = _burn_and_hash(d, data, 0x300000)
+        assert digest == hashlib.sha256(data).digest()
+        assert sha.dma_blocks == (0 if fault == "stall" else 3)  # only the check's
+        assert not d.port.sim_board.halt_reason
+
+
+def test_a_sha256_engine_that_stops_later_is_given_up():
+    """The engine passed the check, then stops asking for data: the write digest in
+    flight and the hash in flight are redone in software; the burn is right."""
+    data = _mixed(0x12000, 33)
+    with connect(SIM, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        assert d.stage2.info.sha_engine
+        sha = d.port.sim_board.core.sha
+        sha.dma_fault = "stall"
+        digest, _ = _burn_and_hash(d, data, 0x300000)
+        assert digest == hashlib.sha256(data).digest()
+        assert sha.dma_blocks == 3 and not d.port.sim_board.halt_reason
+        sha.dma_fault = None  # given up for the session: not asked again
+        assert d.stage2.sha256(0x300000, len(data)) == digest and sha.dma_blocks == 3

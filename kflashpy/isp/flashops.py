@@ -298,6 +298,7 @@ def flash_id_on(dev: Device) -> FlashIdResult:
             "spi_clock_hz": extra.sclk_hz,
             "baud": extra.baud,
             "protocol": extra.protocol,
+            "sha256": "engine" if extra.sha_engine else "software",
         }
     return FlashIdResult(
         dev.port_name,

@@ -157,6 +157,9 @@ class FlasherInfo:
     link_base: int
     sram_lo: int
     sram_hi: int
+    #: the flasher hashes with the K210's SHA-256 engine (by DMA, checked on the board at
+    #: start), not in software (docs/flasher-protocol.md, "Hashing")
+    sha_engine: bool = False
 
     @classmethod
     def parse(cls, p: bytes) -> FlasherInfo:
@@ -172,7 +175,7 @@ class FlasherInfo:
             ver,
             caps,
             int.from_bytes(p[12:15], "big"),  # manufacturer, type, capacity
-            bool(p[15]),
+            bool(p[15] & 1),
             p[16:24],
             v[0],
             v[1],
@@ -185,6 +188,7 @@ class FlasherInfo:
             v[7],
             v[8],
             v[9],
+            bool(p[15] & 2),
         )
 
 

@@ -322,7 +322,8 @@ class Core:
             )
         for uart in dw_uarts.values():
             uart.now = self._time
-        self.sha = ShaEngine()
+        self.sha = ShaEngine(self._time, lambda: self.apb0_hz)
+        self.dmac.endpoints[k210.DMA_REQUEST["sha_rx"]] = self.sha
         self.aes = AesEngine()
         models: dict[str, Any] = {
             "dmac": self.dmac,
