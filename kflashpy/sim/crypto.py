@@ -220,7 +220,7 @@ class ShaEngine(RegisterFile):
             )
             return
         if math.isfinite(self.dma_due()):
-            ch.dmac.end_slice()  # the next slice stops at the block's end
+            ch.dmac.end_slice(True)  # the next slice stops at the block's end
 
     def _refuse(self, why: str) -> None:
         ch = self._ch
