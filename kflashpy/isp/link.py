@@ -88,15 +88,20 @@ class Link:
         """SLIP-encode and write one request packet."""
         if self.trace:
             self.trace("tx", packet)
+        self.send_raw(slip.encode(packet))
+        self.stats.frames_out += 1
+
+    def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are, unframed (and untraced: the trace shows frames), e.g.
+        the payload of the kflashpy bootstrap's LOAD."""
         try:
-            self.port.write(slip.encode(packet))
+            self.port.write(data)
             self.port.flush()
         except (serial.SerialException, OSError) as e:
             raise PortError(
                 f"cannot write to {self.port.port}: {e}",
                 "the board was unplugged or the port was taken by another program",
             ) from e
-        self.stats.frames_out += 1
 
     def send(
         self, op: int, address: int = 0, data: bytes = b"", data_len: int | None = None
