@@ -1,10 +1,10 @@
 /* kflashpy bootstrap: the smallest program that gets the flasher running at full
  * baud. The mask ROM only takes 1 KiB frames at 115200 (~10 KiB/s), so the host
  * uploads this first; it switches the link to the baud rate patched into its header,
- * answers NOP, and takes SET_BAUD / LOAD / EXEC (same framing as the flasher). LOAD
- * receives the flasher's bytes raw, by DMA, while the core sleeps in wfi (nothing to
- * poll per byte: cheap on the virtual board too). Kept small: every byte costs 87 us at
- * 115200. docs/flasher-protocol.md, "2. Start-up".
+ * answers NOP, and takes SET_BAUD / LOAD / EXEC (same framing as the flasher). A LOAD
+ * request is followed on the wire by its payload, raw: the bytes come by DMA while the
+ * core sleeps in wfi (nothing to poll per byte: cheap on the virtual board too). Kept
+ * small: every byte costs 87 us at 115200. docs/flasher-protocol.md, "2. Start-up".
  * SPDX-License-Identifier: MIT
  */
 #include "hw.h"
@@ -98,15 +98,17 @@ static void reply(u8 op, u8 st, u64 words, u32 nbytes)
     uart_putc(0xC0);
 }
 
-/* A LOAD's payload: `n` bytes by DMA into load_buf, asleep in wfi (mie: the DMA's done
- * interrupt, the timer) until the block is complete or `wait` mtime ticks have passed (a
- * byte lost on the way, a host gone mid-payload: the channel is stopped, and what the
- * buffer holds then fails the CRC) */
+/* A LOAD's payload: `n` bytes by DMA into load_buf (the bytes that followed the request
+ * and wait in the FIFO go first), asleep in wfi (mie: the DMA's done interrupt, the
+ * timer) until the block is complete or `wait` mtime ticks have passed (a byte lost on
+ * the way, a host gone mid-payload: the channel is stopped, and what the buffer holds
+ * then fails the CRC). "Ready" is answered once the channel is armed. */
 static void load_receive(u32 n, u32 wait)
 {
+    rx_dma_start(load_mem, n);
+    reply(OP_LOAD, ST_OK, 0, 0);
     u64 deadline = MTIME + wait;
     MTIMECMP = deadline;
-    rx_dma_start(load_mem, n);
     for (;;) {
         u32 id = PLIC_CLAIM; /* a wake is pending until claimed: acknowledged first */
         if (id)
@@ -145,7 +147,6 @@ int main(void)
             if (size - 1 >= LOAD_MAX) {
                 st = ST_BAD_LEN;
             } else {
-                reply(op, ST_OK, 0, 0); /* ready: the payload follows, raw */
                 load_receive(size, rd32(frame + 24));
                 u8 *dst = (u8 *)(u64)addr;
                 for (u32 i = 0; i < size; i++)

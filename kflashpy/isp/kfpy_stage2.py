@@ -597,33 +597,36 @@ class KfpyStage2(Stage2):
 
     def _load(self, address: int, piece: bytes, *, what: str, tries: int) -> float:
         """Write ``piece`` to SRAM at ``address`` with the bootstrap's LOAD; how much
-        slower than its wire time the payload was answered.
+        slower than its wire time it was answered.
 
-        A request (CRC-checked like any other) announces the payload: its length, its
-        CRC-32 and how long the board waits for it; the board answers "ready" (no
-        payload) with its DMA armed, then the payload follows raw, and the board answers
-        again with address and length once it has it all and its CRC matches (``E2``
+        The request (CRC-checked like any other) announces the payload: its length, its
+        CRC-32 and how long the board waits for it; the payload follows at once, raw
+        (no round trip: the board arms its DMA as the request ends, the bytes that came
+        meanwhile wait in the FIFO). The board answers "ready" (no payload) when armed,
+        then address and length once it has the payload and its CRC matches (``E2``
         otherwise: damaged, or cut short when the wait ran out, e.g. a byte lost on the
-        way). Each failure is followed by a barrier and the whole LOAD is sent again.
+        way). A request damaged on the way is answered ``E2`` and its payload read as
+        frames (each answered ``E2``, a valid one would need a matching CRC-32). Each
+        failure is followed by a barrier, which lets all that pass, and the whole LOAD is
+        sent again.
         """
-        wire = len(piece) * 10 / self.link.port.baudrate
-        # the board's wait: the wire time and the host's turnaround after "ready"
+        wire = (len(piece) + 40) * 10 / self.link.port.baudrate
+        # the board's wait: the wire time and a margin for the host's own gaps
         wait = (wire + BOOT_PAYLOAD_WAIT) * self.slowness
         ticks = min(int(wait * BOOT_MTIME_HZ), 0xFFFF_FFFF)
         header = struct.pack("<III", len(piece), crc32(piece), ticks)
         done = struct.pack("<II", address, len(piece))
         failures = []
         for _ in range(tries):
-            self._call(
-                KfpyOp.LOAD, address, header, timeout=COMMAND_TIMEOUT, what=what, tries=tries
-            )
             start = self.link.now()
+            self.link.send(KfpyOp.LOAD, address, header)
             self.link.send_raw(piece)
             try:  # the board answers within its wait, even when bytes went missing
-                resp = self.link.recv(
-                    KfpyOp.LOAD, wait + COMMAND_TIMEOUT * self.slowness, extra_len=None
-                )
+                resp = self.link.recv(KfpyOp.LOAD, wait + COMMAND_TIMEOUT, extra_len=None)
                 payload = _payload(resp)
+                if resp.status == Status.OK and not payload:  # "ready" (if it was not lost)
+                    resp = self.link.recv(KfpyOp.LOAD, wait + COMMAND_TIMEOUT, extra_len=None)
+                    payload = _payload(resp)
             except NoResponseError:
                 failures.append("no reply")
             except _BadReply:
@@ -632,7 +635,13 @@ class KfpyStage2(Stage2):
                 if resp.status == Status.OK and payload == done:
                     # ~wire time plus a USB round trip on a real board
                     return (self.link.now() - start) / (wire + 0.02)
-                failures.append("payload damaged on the wire")
+                if resp.status not in (Status.OK, Status.BAD_DATA_CHECKSUM):
+                    raise ProtocolError(
+                        f"{what}: the bootstrap refused it ({resp.describe()})",
+                        "the bootstrap and this client do not match: reinstall kflashpy",
+                    )
+                damaged = "payload" if payload else "request"
+                failures.append(f"{damaged} damaged on the wire")
             self.link.stats.retries += 1
             self._barrier()
         raise NoResponseError(
