@@ -621,11 +621,13 @@ class KfpyStage2(Stage2):
             start = self.link.now()
             self.link.send(KfpyOp.LOAD, address, header)
             self.link.send_raw(piece)
-            try:  # the board answers within its wait, even when bytes went missing
-                resp = self.link.recv(KfpyOp.LOAD, wait + COMMAND_TIMEOUT, extra_len=None)
+            # the board answers within its wait, even when bytes went missing
+            timeout = wait + COMMAND_TIMEOUT * self.slowness
+            try:
+                resp = self.link.recv(KfpyOp.LOAD, timeout, extra_len=None)
                 payload = _payload(resp)
                 if resp.status == Status.OK and not payload:  # "ready" (if it was not lost)
-                    resp = self.link.recv(KfpyOp.LOAD, wait + COMMAND_TIMEOUT, extra_len=None)
+                    resp = self.link.recv(KfpyOp.LOAD, timeout, extra_len=None)
                     payload = _payload(resp)
             except NoResponseError:
                 failures.append("no reply")
