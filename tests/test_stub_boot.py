@@ -53,8 +53,8 @@ def _load(s2, payload: bytes, wire: bytes | None = None, *, size=None, crc=None)
     and return the board's first reply."""
     size = len(payload) if size is None else size
     crc = crc32(payload) if crc is None else crc
-    s2.link.send(KfpyOp.LOAD, AT, struct.pack("<III", size, crc, int(WAIT * BOOT_MTIME_HZ)))
-    s2.link.send_raw(payload if wire is None else wire)
+    header = struct.pack("<III", size, crc, int(WAIT * BOOT_MTIME_HZ))
+    s2.link.send(KfpyOp.LOAD, AT, header, tail=payload if wire is None else wire)
     return s2.link.recv(KfpyOp.LOAD, 0.01, extra_len=None)
 
 

@@ -600,9 +600,9 @@ class KfpyStage2(Stage2):
         slower than its wire time it was answered.
 
         The request (CRC-checked like any other) announces the payload: its length, its
-        CRC-32 and how long the board waits for it; the payload follows at once, raw
-        (no round trip: the board arms its DMA as the request ends, the bytes that came
-        meanwhile wait in the FIFO). The board answers "ready" (no payload) when armed,
+        CRC-32 and how long the board waits for it; the payload follows at once, raw, in
+        the same write (no round trip, no gap of the host's: the board arms its DMA as
+        the request ends, the bytes that came meanwhile wait in the FIFO). The board answers "ready" (no payload) when armed,
         then address and length once it has the payload and its CRC matches (``E2``
         otherwise: damaged, or cut short when the wait ran out, e.g. a byte lost on the
         way). A request damaged on the way is answered ``E2`` and its payload read as
@@ -611,7 +611,7 @@ class KfpyStage2(Stage2):
         sent again.
         """
         wire = (len(piece) + 40) * 10 / self.link.port.baudrate
-        # the board's wait: the wire time and a margin for the host's own gaps
+        # the board's wait: the wire time and a margin for gaps on the way (a USB bridge's)
         wait = (wire + BOOT_PAYLOAD_WAIT) * self.slowness
         ticks = min(int(wait * BOOT_MTIME_HZ), 0xFFFF_FFFF)
         header = struct.pack("<III", len(piece), crc32(piece), ticks)
@@ -619,8 +619,7 @@ class KfpyStage2(Stage2):
         failures = []
         for _ in range(tries):
             start = self.link.now()
-            self.link.send(KfpyOp.LOAD, address, header)
-            self.link.send_raw(piece)
+            self.link.send(KfpyOp.LOAD, address, header, tail=piece)
             # the board answers within its wait, even when bytes went missing
             timeout = wait + COMMAND_TIMEOUT * self.slowness
             try:
