@@ -1,16 +1,24 @@
 /* kflashpy bootstrap: the smallest program that gets the flasher running at full
  * baud. The mask ROM only takes 1 KiB frames at 115200 (~10 KiB/s), so the host
  * uploads this first; it switches the link to the baud rate patched into its header,
- * answers NOP, and takes SET_BAUD / SRAM_WRITE / EXEC (same framing as the flasher).
- * Kept small: every byte costs 87 us at 115200.
+ * answers NOP, and takes SET_BAUD / LOAD / EXEC (same framing as the flasher). A LOAD
+ * request is followed on the wire by its payload, raw: the bytes come by DMA while the
+ * core sleeps in wfi (nothing to poll per byte: cheap on the virtual board too). Kept
+ * small: every byte costs 87 us at 115200. docs/flasher-protocol.md, "2. Start-up".
  * SPDX-License-Identifier: MIT
  */
 #include "hw.h"
 
-#define BOOT_MAX_FRAME (16 + 16384) /* SRAM_WRITE frames of up to 16 KiB */
+#define BOOT_MAX_FRAME (16 + 12) /* requests: header and up to 12 bytes of data */
+#define LOAD_MAX 32768u          /* bytes of one LOAD payload: the flasher in one piece */
 
 extern const u32 _start[];
-static u8 frame[BOOT_MAX_FRAME + 4] __attribute__((aligned(8)));
+static u8 frame[BOOT_MAX_FRAME] __attribute__((aligned(8)));
+/* a LOAD's payload, one word per byte (the DMA's items): past what start.S zeroes
+ * (link.ld .dma), read only through the uncached SRAM view (the DMAC writes behind the
+ * cache) */
+static u32 load_mem[LOAD_MAX] __attribute__((section(".dma")));
+#define load_buf ((volatile u32 *)((u64)load_mem - 0x40000000u))
 static u32 baud, gap_us; /* the link's baud rate; 8 character times (half the FIFO) */
 
 static void link_at(u32 b)
@@ -90,10 +98,42 @@ static void reply(u8 op, u8 st, u64 words, u32 nbytes)
     uart_putc(0xC0);
 }
 
+/* A LOAD's payload: `n` bytes by DMA into load_buf (the bytes that followed the request
+ * and wait in the FIFO go first), asleep in wfi (mie: the DMA's done interrupt, the
+ * timer) until the block is complete or `wait` mtime ticks have passed (a byte lost on
+ * the way, a host gone mid-payload: the channel is stopped, and what the buffer holds
+ * then fails the CRC). "Ready" is answered once the channel is armed. */
+static void load_receive(u32 n, u32 wait)
+{
+    rx_dma_start(load_mem, n);
+    reply(OP_LOAD, ST_OK, 0, 0);
+    u64 deadline = MTIME + wait;
+    MTIMECMP = deadline;
+    for (;;) {
+        u32 id = PLIC_CLAIM; /* a wake is pending until claimed: acknowledged first */
+        if (id)
+            PLIC_CLAIM = id;
+        if (!(DMAC_CHEN & (1u << RX_DMA_CH)))
+            break;
+        if (MTIME >= deadline) {
+            DMAC_CHEN = 0x100u << RX_DMA_CH;
+            while (DMAC_CHEN & (1u << RX_DMA_CH))
+                ;
+            break;
+        }
+        __asm__ volatile("wfi");
+    }
+    DMAC_CH(RX_DMA_CH, CH_INTCLEAR) = ~0u;
+}
+
 int main(void)
 {
     clock_init();
     link_at(_start[2]);
+    rx_dma_init();
+    PLIC_THRESHOLD = 0;
+    /* wfi's wakes (mstatus.MIE stays 0: no trap is taken); the flasher's start clears mie */
+    __asm__ volatile("csrs mie, %0" ::"r"(MIE_MEIE | MIE_MTIE));
     for (;;) {
         u32 n = recv_frame();
         u8 op = frame[0], st = ST_OK;
@@ -101,12 +141,21 @@ int main(void)
         u64 words = 0;
         if (n < 16 || len != n - 16 || crc32_bitwise(0, frame + 8, n - 8) != rd32(frame + 4)) {
             st = ST_BAD_CRC;
-        } else if (op == OP_SRAM_WRITE) {
-            u8 *dst = (u8 *)(u64)addr;
-            for (u32 i = 0; i < len; i++)
-                dst[i] = frame[16 + i];
-            words = addr | (u64)len << 32;
-            nb = 8;
+        } else if (op == OP_LOAD && len == 12) {
+            /* data: payload bytes, their CRC-32, the longest wait for them (mtime ticks) */
+            u32 size = rd32(frame + 16);
+            if (size - 1 >= LOAD_MAX) {
+                st = ST_BAD_LEN;
+            } else {
+                load_receive(size, rd32(frame + 24));
+                u8 *dst = (u8 *)(u64)addr;
+                for (u32 i = 0; i < size; i++)
+                    dst[i] = (u8)load_buf[i];
+                if (crc32_bitwise(0, dst, size) != rd32(frame + 20))
+                    st = ST_BAD_CRC;
+                words = addr | (u64)size << 32;
+                nb = 8;
+            }
         } else if (op == OP_SET_BAUD && len == 4) {
             u32 b = rd32(frame + 16), d = uart_divisor(b);
             reply(op, ST_OK, APB0_HZ / d | (u64)d << 32, 8);

@@ -185,7 +185,7 @@ static void clock_sync(void)
  * writes behind the cache) and lies past what start.S zeroes (link.ld, .dma), so no
  * cache line of it can be written back over what the DMAC brought.
  * docs/flasher-protocol.md, "1. Design". */
-#define RXD_CH 0u
+#define RXD_CH RX_DMA_CH
 #define RXD_HALF 256u /* a completed block decodes in ~25 us: within the FIFO's margin */
 #define RXD_MIN 64u   /* fewer wire bytes still needed: the FIFO takes them */
 #define RXD_EMPTY 0xFFFFFFFFu
@@ -203,22 +203,9 @@ static u32 baud = 115200;
 static void rxd_init(void)
 {
     SYSCTL_CLK_EN_PERI |= PERI_DMA;
-    SYSCTL_DMA_SEL0 = (SYSCTL_DMA_SEL0 & ~0x3Fu) | DMA_REQ_UART3_RX; /* interface 0 */
     for (u32 i = 0; i < 2 * RXD_HALF; i++)
         rxd[i] = RXD_EMPTY;
-    DMAC_CFG = 3; /* DMAC_EN | INT_EN */
-    /* DMS = master 2, SAR fixed, DAR incrementing, 32-bit items, bursts of 1 */
-    DMAC_CH(RXD_CH, CH_CTL) = (1u << 2) | (1u << 4) | (2u << 8) | (2u << 11);
-    DMAC_CH(RXD_CH, CH_CTL + 4) = 0;
-    DMAC_CH(RXD_CH, CH_CFG) = 0; /* single block */
-    /* TT_FC periph -> memory, hardware handshake on the source, SRC_PER = DST_PER = 0 */
-    DMAC_CH(RXD_CH, CH_CFG + 4) = 2u | (1u << 4);
-    DMAC_CH(RXD_CH, CH_SAR) = UART3;
-    DMAC_CH(RXD_CH, CH_DAR + 4) = 0;
-    DMAC_CH(RXD_CH, CH_INTSTATUS_EN) = DMA_TFR_DONE;
-    DMAC_CH(RXD_CH, CH_INTSIGNAL_EN) = DMA_TFR_DONE;
-    PLIC_PRIORITY(DMA_IRQ(RXD_CH)) = 1;
-    PLIC_ENABLE0 |= 1u << DMA_IRQ(RXD_CH);
+    rx_dma_init();
 }
 
 /* A channel's block size, written only when it changes: the DMAC keeps BLOCK_TS as

@@ -79,6 +79,7 @@ typedef unsigned long u64;
 #define SYSCTL_DMA_SEL0 REG32(SYSCTL + 0x64) /* request of handshake interface n: bits 6n.. */
 #define PERI_DMA (1u << 1)
 #define DMA_REQ_UART3_RX 18u
+#define RX_DMA_CH 0u /* the link's receive channel (hwcommon.c rx_dma_init) */
 
 /* SHA-256 engine (docs/flasher-protocol.md "Hashing"; Kendryte SDK sha256.h), fed by DMA */
 #define SHA256 0x502C0000u
@@ -96,6 +97,7 @@ typedef unsigned long u64;
 #define MTIME_LO REG32(0x0200BFF8u)
 #define MTIMECMP_LO REG32(0x02004000u) /* hart 0 */
 #define MTIMECMP_HI REG32(0x02004004u)
+#define MTIMECMP (*(volatile u64 *)0x02004000u)
 #define TICKS(us) ((u64)(us) * (CPU_HZ / 50u / 1000u) / 1000u) /* mtime ticks in us */
 #define MIE_MTIE (1u << 7)
 #define MIE_MEIE (1u << 11)
@@ -162,10 +164,43 @@ void reply_status(u8 op, u8 status);
 #define OP_SRAM_WRITE 0xB9
 #define OP_EXEC 0xBA
 #define OP_SET_BAUD 0xBB
+#define OP_LOAD 0xBD /* bootstrap only: a raw payload by DMA (docs/flasher-protocol.md) */
 #define IS_EXT_OP(op) (((op) & 0xF0) == 0xB0)
 
 /* the caller's receive hook: called whenever the CPU waits (TX full, flash busy) */
 void uart_poll(void);
+
+/* DMAC channel RX_DMA_CH programmed to take UART3's received bytes (SYSCTL dma_sel0
+ * interface 0 = the UART3_RX request): RBR fixed, one 32-bit word per byte (as the SDK's
+ * uart_receive_data_dma does it), its done interrupt (DMA_TFR_DONE) raised through the
+ * PLIC; rx_dma_start arms a block. The bootstrap receives the flasher this way, the
+ * flasher its write frames. Inline: each program calls them from one place, where the
+ * registers' base addresses are at hand (out of line, the flasher grew by 40 bytes). */
+static inline void rx_dma_init(void)
+{
+    SYSCTL_DMA_SEL0 = (SYSCTL_DMA_SEL0 & ~0x3Fu) | DMA_REQ_UART3_RX; /* interface 0 */
+    DMAC_CFG = 3;                                                    /* DMAC_EN | INT_EN */
+    /* DMS = master 2, SAR fixed, DAR incrementing, 32-bit items, bursts of 1 */
+    DMAC_CH(RX_DMA_CH, CH_CTL) = (1u << 2) | (1u << 4) | (2u << 8) | (2u << 11);
+    DMAC_CH(RX_DMA_CH, CH_CTL + 4) = 0;
+    DMAC_CH(RX_DMA_CH, CH_CFG) = 0; /* single block */
+    /* TT_FC periph -> memory, hardware handshake on the source, SRC_PER = DST_PER = 0 */
+    DMAC_CH(RX_DMA_CH, CH_CFG + 4) = 2u | (1u << 4);
+    DMAC_CH(RX_DMA_CH, CH_SAR) = UART3;
+    DMAC_CH(RX_DMA_CH, CH_DAR + 4) = 0;
+    DMAC_CH(RX_DMA_CH, CH_INTSTATUS_EN) = DMA_TFR_DONE;
+    DMAC_CH(RX_DMA_CH, CH_INTSIGNAL_EN) = DMA_TFR_DONE;
+    PLIC_PRIORITY(DMA_IRQ(RX_DMA_CH)) = 1;
+    PLIC_ENABLE0 |= 1u << DMA_IRQ(RX_DMA_CH);
+}
+
+/* the next `items` received bytes into words at `dst` (its channel stopped) */
+static inline void rx_dma_start(const u32 *dst, u32 items)
+{
+    DMAC_CH(RX_DMA_CH, CH_DAR) = (u32)(u64)dst;
+    DMAC_CH(RX_DMA_CH, CH_BLOCK_TS) = items - 1;
+    DMAC_CHEN = 0x101u << RX_DMA_CH;
+}
 
 /* boot hand-off: a program started by EXEC gets a0 = EXEC_MAGIC, a1 = current baud */
 #define EXEC_MAGIC 0x4B465059u /* "KFPY" */

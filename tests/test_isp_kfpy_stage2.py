@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from kflashpy.errors import ProtocolError
+from kflashpy.errors import NoResponseError, ProtocolError
 from kflashpy.isp.burn import WriteRegion, _checked_on_write, _pieces
 from kflashpy.isp.frames import Response, crc32, parse_request
 from kflashpy.isp.kfpy_stage2 import (
@@ -22,6 +22,7 @@ from kflashpy.isp.kfpy_stage2 import (
     frame_size,
     tapered,
 )
+from kflashpy.isp.link import LinkStats
 from kflashpy.isp.stage2 import WriteLedger, join_pieces, sector_blocks
 
 
@@ -193,3 +194,50 @@ def test_identify_parse_and_foreign_reply():
     with pytest.raises(ProtocolError, match="not from kflashpy") as e:
         FlasherInfo.parse(b"\x00" * 64)
     assert "another flasher" in e.value.hint
+
+
+class _LaggingLink:
+    """A link to a flasher whose replies come ``lag`` seconds of port time after each
+    request (an emulated board that runs slower than real time): too late for the
+    request's timeout, the request is lost."""
+
+    def __init__(self, lag: float) -> None:
+        self.lag, self.t, self.stats = lag, 0.0, LinkStats()
+
+    def now(self) -> float:
+        return self.t
+
+    def send(self, op, address=0, data=b""):
+        self.op = op
+
+    def recv(self, op, timeout, extra_len=0):
+        if self.lag > timeout:
+            self.t += timeout
+            raise NoResponseError("late")
+        self.t += self.lag
+        return Response(op, 0xE0, struct.pack("<I", crc32(bytes((op, 0xE0)))))
+
+    def barrier(self, nop_op, timeout):
+        pass
+
+    def diagnose(self):
+        return ""
+
+
+def test_slow_replies_of_the_flasher_stretch_the_timeouts():
+    """The bootstrap costs the emulator almost nothing (its DMA upload), so the flasher's
+    own replies set the stretch: one that used more than half its timeout makes the
+    next ones twice as long as it took, before a longer wait can run out."""
+    link = _LaggingLink(0.3)
+    s2 = KfpyStage2(link, bootstrap=False)  # type: ignore[arg-type]
+    s2._call(KfpyOp.IDENTIFY, timeout=1.0, what="identify")
+    assert s2.slowness == 1.0  # a third of the timeout: as expected
+    link.lag = 0.8
+    s2._call(KfpyOp.IDENTIFY, timeout=1.0, what="identify")
+    assert s2.slowness == pytest.approx(1.6)
+    link.lag = 1.3  # past the unstretched timeout: answered now, not resent
+    s2._call(KfpyOp.IDENTIFY, timeout=1.0, what="identify", tries=1)
+    assert s2.slowness == pytest.approx(2.6)
+    link.lag = 0.1  # a fast reply never shrinks it
+    s2._call(KfpyOp.IDENTIFY, timeout=1.0, what="identify")
+    assert s2.slowness == pytest.approx(2.6)

@@ -82,6 +82,7 @@ class KfpyOp(IntEnum):
     EXEC = 0xBA
     SET_BAUD = 0xBB
     WRITE_DEFLATE_DICT = 0xBC
+    LOAD = 0xBD  # the bootstrap's: a raw payload by DMA
 
 
 SECTOR = k210.FLASH_SECTOR
@@ -89,7 +90,9 @@ FRAME = 65536
 # a damaging line shrinks frames down to this: at one bad byte in 1000 towards the board,
 # a 1 KiB frame gets through one time in three, a 256-byte one three times in four
 MIN_FRAME = 256
-BOOT_CHUNK = 16384  # the bootstrap's receive buffer
+BOOT_CHUNK = 32768  # the bootstrap's LOAD buffer (stub/boot.c LOAD_MAX): the flasher at once
+#: the bootstrap's clock: mtime counts CPU / 50 (stub/hw.h, CPU_HZ 390 MHz)
+BOOT_MTIME_HZ = 390_000_000 // 50
 READ_CHUNK = 4096
 MIN_READ_CHUNK = 256
 READ_WINDOW = 8
@@ -118,6 +121,7 @@ ACK_TIMEOUT = TIMEOUTS["ack"]  # a late ack only costs a (harmless) resend
 HASH_S_PER_MB = TIMEOUTS["hash_per_mb"]
 COMMAND_TIMEOUT = TIMEOUTS["command"]
 START_WAIT = 0.002  # a program needs this long after EXEC/baud change to listen
+BOOT_PAYLOAD_WAIT = TIMEOUTS["boot_payload"]
 MAX_SLOWNESS = 100.0  # longest stretch of the timeouts (see KfpyStage2.slowness)
 
 CAPABILITIES = frozenset(
@@ -468,14 +472,25 @@ class KfpyStage2(Stage2):
         #: pipeline's question about those bytes (kept if not erased) from them instead
         #: of a request queued behind the frames ahead. Dropped by anything that writes.
         self._beyond: dict[tuple[int, int], bytes] = {}
-        #: how much slower than its wire time the board answered the first flasher upload
-        #: frame (1 on a real board; more on a network serial link or an emulated board on
-        #: a pty that runs slower than real time): every timeout is stretched by it
+        #: how much every timeout is stretched (1 on a real board): set from the flasher's
+        #: upload (how much slower than its wire time the bootstrap answered: a network
+        #: serial link, a slow adapter), then raised by the flasher's own replies where one
+        #: used more than half of its timeout (an emulated board on a pty that runs slower
+        #: than real time: the bootstrap, which sleeps while DMA takes the upload, costs
+        #: the emulator almost nothing and cannot stand for the flasher), see _observe
         self.slowness = 1.0
 
     # --- plumbing ---------------------------------------------------------------------
     def _barrier(self) -> None:
         self.link.barrier(FlashOp.NOP, COMMAND_TIMEOUT * self.slowness)
+
+    def _observe(self, took: float, timeout: float) -> None:
+        """A flasher reply came ``took`` seconds after its request, whose unstretched
+        timeout was ``timeout``: if that used more than half of it, stretch every timeout
+        so that it would have used half (never shrunk: a board that ran slow once may
+        again). The margin keeps the next, perhaps longer, wait from running out."""
+        if took > timeout / 2:
+            self.slowness = min(MAX_SLOWNESS, max(self.slowness, 2 * took / timeout))
 
     def _call(
         self,
@@ -490,9 +505,11 @@ class KfpyStage2(Stage2):
         """One extension request with CRC-checked reply; resends on damage or loss."""
         failures = []
         for _ in range(tries):
+            start = self.link.now()
             self.link.send(op, address, data)
             try:
                 resp = self.link.recv(op, timeout * self.slowness, extra_len=None)
+                self._observe(self.link.now() - start, timeout)
                 payload = _payload(resp)
             except NoResponseError:
                 failures.append("no reply")
@@ -562,15 +579,10 @@ class KfpyStage2(Stage2):
         pos, chunk = 0, BOOT_CHUNK
         while pos < len(prog.image):
             piece = prog.image[pos : pos + chunk]
-            wire = len(piece) * 10 / self.link.port.baudrate
-            start = self.link.now()
-            try:  # big frames first; on a line that damages them, halve them
-                self._call(
-                    KfpyOp.SRAM_WRITE,
+            try:  # big pieces first; on a line that damages them, halve them
+                took = self._load(
                     prog.load_address + pos,
                     piece,
-                    # the first frame measures the board: until then, wait long
-                    timeout=COMMAND_TIMEOUT + wire * (1 if pos else 10),
                     what=f"flasher upload at 0x{prog.load_address + pos:08X}",
                     tries=2 if chunk > MIN_FRAME else RETRIES + 1,
                 )
@@ -579,14 +591,68 @@ class KfpyStage2(Stage2):
                     raise
                 chunk //= 2
                 continue
-            if pos == 0:  # ~wire time plus a USB round trip on a real board
-                took = (self.link.now() - start) / (wire + 0.02)
-                self.slowness = min(MAX_SLOWNESS, max(1.0, took))
+            if pos == 0:  # the link's speed (see slowness)
+                self.slowness = min(MAX_SLOWNESS, max(self.slowness, took))
             pos += len(piece)
         self._call(KfpyOp.EXEC, prog.entry, timeout=COMMAND_TIMEOUT, what="flasher start")
         self.link.wait(START_WAIT)
         self.greet()
         self._running = True
+
+    def _load(self, address: int, piece: bytes, *, what: str, tries: int) -> float:
+        """Write ``piece`` to SRAM at ``address`` with the bootstrap's LOAD; how much
+        slower than its wire time it was answered.
+
+        The request (CRC-checked like any other) announces the payload: its length, its
+        CRC-32 and how long the board waits for it; the payload follows at once, raw, in
+        the same write (no round trip, no gap of the host's: the board arms its DMA as
+        the request ends, the bytes that came meanwhile wait in the FIFO). The board answers "ready" (no payload) when armed,
+        then address and length once it has the payload and its CRC matches (``E2``
+        otherwise: damaged, or cut short when the wait ran out, e.g. a byte lost on the
+        way). A request damaged on the way is answered ``E2`` and its payload read as
+        frames (each answered ``E2``, a valid one would need a matching CRC-32). Each
+        failure is followed by a barrier, which lets all that pass, and the whole LOAD is
+        sent again.
+        """
+        wire = (len(piece) + 40) * 10 / self.link.port.baudrate
+        # the board's wait: the wire time and a margin for gaps on the way (a USB bridge's)
+        wait = (wire + BOOT_PAYLOAD_WAIT) * self.slowness
+        ticks = min(int(wait * BOOT_MTIME_HZ), 0xFFFF_FFFF)
+        header = struct.pack("<III", len(piece), crc32(piece), ticks)
+        done = struct.pack("<II", address, len(piece))
+        failures = []
+        for _ in range(tries):
+            start = self.link.now()
+            self.link.send(KfpyOp.LOAD, address, header, tail=piece)
+            # the board answers within its wait, even when bytes went missing
+            timeout = wait + COMMAND_TIMEOUT * self.slowness
+            try:
+                resp = self.link.recv(KfpyOp.LOAD, timeout, extra_len=None)
+                payload = _payload(resp)
+                if resp.status == Status.OK and not payload:  # "ready" (if it was not lost)
+                    resp = self.link.recv(KfpyOp.LOAD, timeout, extra_len=None)
+                    payload = _payload(resp)
+            except NoResponseError:
+                failures.append("no reply")
+            except _BadReply:
+                failures.append("damaged reply")
+            else:
+                if resp.status == Status.OK and payload == done:
+                    # ~wire time plus a USB round trip on a real board
+                    return (self.link.now() - start) / (wire + 0.02)
+                if resp.status not in (Status.OK, Status.BAD_DATA_CHECKSUM):
+                    raise ProtocolError(
+                        f"{what}: the bootstrap refused it ({resp.describe()})",
+                        "the bootstrap and this client do not match: reinstall kflashpy",
+                    )
+                damaged = "payload" if payload else "request"
+                failures.append(f"{damaged} damaged on the wire")
+            self.link.stats.retries += 1
+            self._barrier()
+        raise NoResponseError(
+            f"{what}: failed {len(failures)} times ({', '.join(failures[-3:])})",
+            _seen(failures, self.link.diagnose()),
+        )
 
     def flash_init(self) -> None:
         self._ensure_flasher()
@@ -915,10 +981,12 @@ class KfpyStage2(Stage2):
                 ledger.sent(inflight[-1].at, len(inflight[-1].chunk))
                 self.link.send_packet(inflight[-1].packet)
             wire = sum(len(f.packet) for f in inflight) * 10 / baud
-            timeout = (ACK_TIMEOUT + wire + FLASH_S_PER_FRAME * len(inflight)) * self.slowness
+            timeout = ACK_TIMEOUT + wire + FLASH_S_PER_FRAME * len(inflight)
             try:
                 seen = "no reply"
-                resp = self.link.recv(KfpyOp.WRITE, timeout, extra_len=None)
+                start = self.link.now()
+                resp = self.link.recv(KfpyOp.WRITE, timeout * self.slowness, extra_len=None)
+                self._observe(self.link.now() - start, timeout)
                 seen = "damaged reply"
                 p = _payload(resp)
             except (NoResponseError, _BadReply):

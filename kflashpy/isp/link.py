@@ -84,25 +84,37 @@ class Link:
 
     # --- raw I/O -----------------------------------------------------------------------
 
-    def send_packet(self, packet: bytes) -> None:
-        """SLIP-encode and write one request packet."""
+    def send_packet(self, packet: bytes, tail: bytes = b"") -> None:
+        """SLIP-encode and write one request packet, then ``tail`` unframed in the same
+        write (nothing of the host's comes between them: the payload of the kflashpy
+        bootstrap's LOAD)."""
         if self.trace:
             self.trace("tx", packet)
+        self.send_raw(slip.encode(packet) + tail)
+        self.stats.frames_out += 1
+
+    def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are, unframed (and untraced: the trace shows frames)."""
         try:
-            self.port.write(slip.encode(packet))
+            self.port.write(data)
             self.port.flush()
         except (serial.SerialException, OSError) as e:
             raise PortError(
                 f"cannot write to {self.port.port}: {e}",
                 "the board was unplugged or the port was taken by another program",
             ) from e
-        self.stats.frames_out += 1
 
     def send(
-        self, op: int, address: int = 0, data: bytes = b"", data_len: int | None = None
+        self,
+        op: int,
+        address: int = 0,
+        data: bytes = b"",
+        data_len: int | None = None,
+        tail: bytes = b"",
     ) -> None:
-        """Send one well-formed request (16-byte header, CRC-32 over address..data)."""
-        self.send_packet(build_request(op, address, data, data_len))
+        """Send one well-formed request (16-byte header, CRC-32 over address..data),
+        followed by ``tail`` unframed (see :meth:`send_packet`)."""
+        self.send_packet(build_request(op, address, data, data_len), tail)
 
     def _read_some(self, timeout: float) -> None:
         """Read what is waiting, or wait up to ``timeout`` (at most one slice) for a byte.

@@ -37,6 +37,7 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "flash_init": (10.0, "flash init (may write the status register and wait for it)"),
     # kflashpy's own flasher
     "command": (1.0, "a short kflashpy-flasher command (baud, start, identify, barrier)"),
+    "boot_payload": (0.05, "the bootstrap's wait for a LOAD payload beyond its wire time"),
     "ack": (1.5, "a write frame's acknowledgement, plus wire and flash time"),
     "flash_per_frame": (0.6, "erasing and programming one 64 KiB frame, with margin"),
     "hash_per_mb": (1.0, "reading and hashing one MiB on the board, with margin"),
