@@ -923,10 +923,14 @@ static void flash_simple(u8 op)
     spi_send(&op, 1, 0, 0);
 }
 
-/* issue an erase and return at once; flash_wait() ends it */
+static int check_flush(void);
+
+/* issue an erase and return at once (pages owed a read-back are read first); flash_wait()
+ * ends it */
 static void flash_erase_start(u8 op, u32 addr)
 {
     u8 c[4];
+    check_flush();
     wd_erased = 1;
     cmd_addr(c, op, addr);
     flash_simple(0x06);
@@ -1041,18 +1045,56 @@ static void flash_read(u32 addr, u8 *out, u32 n)
     }
 }
 
-/* read back the page at addr, just programmed or erased; 0 if it differs from want */
-static int page_check(u32 addr, const u8 *want)
+/* Read-back in runs: a page programmed (or erased) and done is added to the run of
+ * pages owed a read-back, which is read in one transaction (up to a sector, ~170 us at
+ * quad rate, the link served meanwhile) when the next page does not extend it: not the
+ * next page of the same sector, or not its bytes next in memory. check_flush reads the
+ * run before anything could change those pages or their expected bytes: before an
+ * erase starts (flash_erase_start), after each unit of a write (write_range: the next
+ * merge reuses unit_buf), when background pages move to another sector or end, and
+ * before a write's digest and acknowledgement (write_done). Every page is compared
+ * as before, with one read transaction for a sector instead of one a page. While quad
+ * reads are to be checked, a page is read back at once: its read checks them on the
+ * first varied page (flash_read), and programs go quad from the next page on. */
+static struct {
+    u32 addr, n;
+    const u8 *want;
+} chk;
+
+/* read back the run owed a read-back (one flash_read: it may check quad reads); 0 (and
+ * wd_bad set) if a page differs */
+static int check_flush(void)
 {
-    u8 back[PAGE] __attribute__((aligned(8)));
-    const u64 *a = (const u64 *)back, *b = (const u64 *)want;
-    flash_read(addr, back, PAGE);
-    for (u32 i = 0; i < PAGE / 8; i++)
+    static u8 back[SECTOR] __attribute__((aligned(8)));
+    const u64 *a = (const u64 *)back, *b = (const u64 *)chk.want;
+    u32 n = chk.n;
+    chk.n = 0; /* before the link polls of the read */
+    flash_read(chk.addr, back, n);
+    for (u32 i = 0; i < n / 8; i++)
         if (a[i] != b[i]) {
             wd_bad = 1;
             return 0;
         }
     return 1;
+}
+
+/* would the page at addr, expected to hold want, extend the run? */
+static int check_joins(u32 addr, const u8 *want)
+{
+    return chk.n && addr % SECTOR && addr == chk.addr + chk.n && want == chk.want + chk.n;
+}
+
+/* the page at addr is done (programmed or erased, not busy) and must hold want */
+static void check_page(u32 addr, const u8 *want)
+{
+    if (!check_joins(addr, want)) {
+        check_flush();
+        chk.addr = addr;
+        chk.want = want;
+    }
+    chk.n += PAGE;
+    if (!quad)
+        check_flush();
 }
 
 /* issue the program of one whole, page-aligned page: over four lines (0x32) or one (0x02) */
@@ -1072,7 +1114,7 @@ static void flash_program_std(u32 addr, const u8 *p)
 {
     program_start(addr, p, 0);
     flash_wait(400);
-    page_check(addr, p);
+    check_page(addr, p);
 }
 
 /* Page programs go over four lines once quad reads are in use (the same four wires,
@@ -1094,11 +1136,13 @@ static void flash_program(u32 base, const u8 *src, u32 pg)
     program_start(base + pg, src + pg, 1);
     flash_wait(400);
     if (quad_prog) {
-        page_check(base + pg, src + pg);
+        check_page(base + pg, src + pg);
         return;
     }
+    check_flush(); /* the pages before it count; this one decides */
     int bad = wd_bad;
-    quad_prog = page_check(base + pg, src + pg) ? 1 : -1;
+    check_page(base + pg, src + pg);
+    quad_prog = check_flush() ? 1 : -1;
     wd_bad = bad;
     if (quad_prog > 0)
         return;
@@ -1114,7 +1158,7 @@ static void program_erased(u32 base, const u8 *src, u32 n)
         if (!is_blank(src + pg, PAGE))
             flash_program(base, src, pg);
         else
-            page_check(base + pg, src + pg);
+            check_page(base + pg, src + pg);
     }
 }
 
@@ -1199,7 +1243,7 @@ static void flash_init(void)
 struct pending {
     u8 op, st, ext, digest;
     u32 a, n;
-    u8 dg[32]; /* write frames: SHA-256 of the data, checked on the flash (see page_check) */
+    u8 dg[32]; /* write frames: SHA-256 of the data, checked on the flash (see check_page) */
     u32 erased;
 };
 
@@ -1247,17 +1291,22 @@ static void bg_step(u64 t)
             if (bg.step < bg.took / 32)
                 bg.step *= 2;
         }
-        page_check(bg.base + bg.pg, unit_buf + bg.pg);
+        check_page(bg.base + bg.pg, unit_buf + bg.pg);
         bg.busy = 0;
         bg.pg += PAGE;
+        /* the run ends here unless the next page is programmed next: read it back
+         * before the next program makes the chip busy */
+        if (bg.pg % SECTOR == 0 || bg.pg >= bg.end || !page_dirty[bg.pg / PAGE])
+            check_flush();
     }
     while (bg.pg < bg.end && !page_dirty[bg.pg / PAGE])
         bg.pg += PAGE;
     if (bg.pg < bg.end) {
         program_start(bg.base + bg.pg, unit_buf + bg.pg, 1);
         bg.t0 = now(); /* the program began as the transaction ended, just now */
-        /* that page's read-back and this one's 256 bytes took ~30 us, 9 bytes at 3
-         * Mbaud: the FIFO (16 bytes) is emptied again (bg.in: no recursion), so that the
+        /* this page's 256 bytes (and a sector's read-back, with link polls in its DMA
+         * wait) took ~10-30 us, up to 9 bytes at 3 Mbaud: the FIFO (16 bytes) is
+         * emptied again (bg.in: no recursion), so that the
          * caller's next poll keeps its whole margin (it may decode a whole DMA block,
          * ~25 us: hence t0 before it) */
         uart_poll();
@@ -1464,6 +1513,8 @@ static void write_range(u32 addr, const u8 *src, u32 n)
             hi = end < base + SECTOR ? end : base + SECTOR;
         }
         write_unit(base, size, pos, hi, src + (pos - addr));
+        if (!bg.deferred) /* a deferred unit's pages are read back by bg_step */
+            check_flush();
         pos = hi;
     }
 }
@@ -1716,6 +1767,7 @@ static void reboot(void)
 /* end a write: its digest for the acknowledgement, or the status of a failed check */
 static void write_done(struct pending *pend, u8 bad)
 {
+    check_flush();
     digest_end(pend->dg);
     pend->digest = pend->ext;
     pend->erased = wd_erased;

@@ -261,25 +261,57 @@ def test_first_frames_go_out_while_the_board_checks_a_blank_region(tmp_path):
         assert (first_write < last_list) is expect_ahead
 
 
-def test_a_page_that_programs_wrong_fails_the_burn(tmp_path, monkeypatch):
+@pytest.mark.parametrize("old", [False, True], ids=["blank", "over-old-data"])
+@pytest.mark.parametrize("page", [0x305000, 0x305700, 0x305F00], ids=hex)
+def test_a_page_that_programs_wrong_fails_the_burn(tmp_path, monkeypatch, page, old):
     """The flash keeps a bit at 1 in one page: the read-back after programming catches it,
-    the acknowledgement says so (E8) and the burn stops with a verify error."""
+    the acknowledgement says so (E8) and the burn stops with a verify error. Pages are
+    read back a sector at a time: the page is the first, one in the middle or the last
+    of its sector's run, programmed in the background (blank flash) or after an erase."""
     from kflashpy.errors import VerifyError
     from kflashpy.sim.flash import NorFlash
 
     real = NorFlash._program
 
     def stuck(self, address, body, clocked, now):
-        if address & ~0xFF == 0x305000:
+        if address & ~0xFF == page:
             body = bytes([body[0] | 0x01]) + body[1:]
         return real(self, address, body, clocked, now)
 
     monkeypatch.setattr(NorFlash, "_program", stuck)
     data = bytes(range(256)) * 0x100  # every page's first byte is even
     img = tmp_path / "board.img"
-    img.write_bytes(b"\xff" * (16 << 20))
+    flash = bytearray(b"\xff" * (16 << 20))
+    if old:
+        flash[0x300000 : 0x300000 + len(data)] = _mixed(len(data), 9)
+    img.write_bytes(flash)
     with pytest.raises(VerifyError, match="read back other bytes"):
         _burn_counting_hashes(f"{SIM}&flash={img}", data, 0x300000, monkeypatch)
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["blank", "over-old-data"])
+def test_programmed_pages_are_read_back_a_sector_at_a_time(tmp_path, old):
+    """Every page programmed is read back, but in one read per run of pages of a sector
+    (stub/flasher.c check_page), not one read per page: each read transaction costs the
+    simulator ~25 device accesses and a DMA arm. Blank: the pages go in the background;
+    over old data: after the erases."""
+    data = _mixed(0x20000, 44)
+    img = tmp_path / "board.img"
+    flash = bytearray(b"\xff" * (16 << 20))
+    if old:
+        flash[0x300000 : 0x300000 + len(data)] = _mixed(len(data), 45)
+    img.write_bytes(flash)
+    with connect(f"{SIM}&flash={img}", board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        stats = d.port.sim_board.flash.stats
+        reads, programs = stats.reads, stats.programs
+        result = burn_on(d, [WriteRegion(0x300000, data, "app")], reboot=False)
+        reads, programs = stats.reads - reads, stats.programs - programs
+    assert result.regions[0].status == "written" and result.regions[0].verified == "sha256"
+    assert img.read_bytes()[0x300000 : 0x300000 + len(data)] == data
+    assert programs == len(data) // 256
+    # 32 sectors: one read-back each, plus the hash list's and merges' reads (~70 in all;
+    # one read-back per page made it ~570)
+    assert reads < programs // 4
 
 
 def test_cli_read_verify_flash_id(tmp_path, capsys):
