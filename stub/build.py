@@ -23,6 +23,8 @@ from pathlib import Path
 ZIG_VERSION = "0.17.1"
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "kflashpy" / "stub"
+sys.path.insert(0, str(HERE.parent))
+from kflashpy.target.k210 import ROM_DATA  # noqa: E402  (the boot ROM's own SRAM)
 
 PROTOCOL_VERSION = 3
 CAPABILITIES = [
@@ -66,7 +68,7 @@ PROGRAMS = {
     "boot": (["start.S", "hwcommon.c", "boot.c"], 0x80000000, 0x1000, "-Oz -DKFPY_BOOTSTRAP"),
     "flasher": (
         ["start.S", "hwcommon.c", "flasher.c", "sha256.c", "inflate.c"],
-        0x80580000,
+        0x80570000,
         0x4000,
         "-Os",
     ),
@@ -93,11 +95,23 @@ CSR_MSTATUS = 0x300
 HEADER_SIZE = 16
 
 
+def _sections(elf: bytes) -> list[tuple[int, int, int, int, int, int]]:
+    """The ELF64 section headers: (name offset, type, flags, address, offset, size)."""
+    (shoff,) = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, _ = struct.unpack_from("<HHH", elf, 0x3A)
+    return [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+
+
+def memory_end(elf: bytes) -> int:
+    """The first address past everything the program occupies in SRAM (its image, .bss,
+    stack and DMA buffers: every section with SHF_ALLOC)."""
+    return max(addr + size for _n, _t, flags, addr, _o, size in _sections(elf) if flags & 2)
+
+
 def text_section(elf: bytes) -> tuple[int, bytes]:
     """(address, bytes) of the ELF64 .text section."""
-    (shoff,) = struct.unpack_from("<Q", elf, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+    sections = _sections(elf)
+    (shstrndx,) = struct.unpack_from("<H", elf, 0x3E)
     strtab = sections[shstrndx]
     for name, _type, _flags, addr, off, size in sections:
         end = elf.index(b"\0", strtab[4] + name)
@@ -141,7 +155,8 @@ def forbidden_instructions(code: bytes, base: int) -> list[str]:
     return bad
 
 
-def build_program(name: str, tmp: Path) -> bytes:
+def build_program(name: str, tmp: Path) -> tuple[bytes, int]:
+    """Compile and link one program: its flat image and where its SRAM use ends."""
     sources, base, stack, opt = PROGRAMS[name]
     objs = []
     for src in sources:
@@ -163,10 +178,17 @@ def build_program(name: str, tmp: Path) -> bytes:
         str(elf),
     )
     zig("objcopy", "-O", "binary", str(elf), str(binf))
-    bad = forbidden_instructions(*reversed(text_section(elf.read_bytes())))
+    elf_bytes = elf.read_bytes()
+    bad = forbidden_instructions(*reversed(text_section(elf_bytes)))
     if bad:
         raise SystemExit(f"{name}: takes traps or uses floating point: " + "; ".join(bad[:5]))
-    return binf.read_bytes()
+    end = memory_end(elf_bytes)
+    if end > ROM_DATA[0]:
+        raise SystemExit(
+            f"{name}: occupies SRAM up to 0x{end:08X}, into the boot ROM's data at"
+            f" 0x{ROM_DATA[0]:08X}: lower its link address or shrink its buffers"
+        )
+    return binf.read_bytes(), end
 
 
 def build(out: Path) -> None:
@@ -179,7 +201,7 @@ def build(out: Path) -> None:
     }
     with tempfile.TemporaryDirectory() as t:
         for name in PROGRAMS:
-            data = build_program(name, Path(t))
+            data, end = build_program(name, Path(t))
             base = PROGRAMS[name][1]
             (out / FILES[name]).write_bytes(data)
             meta["programs"][name] = {
@@ -187,6 +209,7 @@ def build(out: Path) -> None:
                 "load_address": base,
                 "entry": base,
                 "size": len(data),
+                "memory_end": end,
                 "sha256": hashlib.sha256(data).hexdigest(),
             }
     (out / "flasher.json").write_text(json.dumps(meta, indent=2) + "\n")

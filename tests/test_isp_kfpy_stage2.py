@@ -183,7 +183,7 @@ def test_identify_parse_and_foreign_reply():
     p[12:16] = bytes((0xEF, 0x40, 0x18, 1))
     p[16:24] = b"UNIQUEID"
     struct.pack_into("<10I", p, 24, 16 << 20, 390_000_000, 195_000_000, 48_750_000,
-                     3_000_000, 65536, 4 | 2 << 16, 0x80580000, 0x80000000, 0x80580000)  # fmt: skip
+                     3_000_000, 65536, 4 | 2 << 16, 0x80570000, 0x80000000, 0x80570000)  # fmt: skip
     info = FlasherInfo.parse(bytes(p))
     assert (info.jedec_id, info.flash_ok, info.slots, info.window) == (0xEF4018, True, 4, 2)
     assert not info.sha_engine

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from kflashpy.errors import FormatError
 from kflashpy.stub import HEADER_MAGIC, PARAM_OFFSET, load
+from kflashpy.target import k210
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "stub"))
@@ -33,11 +35,29 @@ def test_shipped_binaries_match_their_metadata():
         assert len(prog.image) == info["size"]
         assert prog.image[4:8] == HEADER_MAGIC
         assert prog.load_address == info["load_address"] == build.PROGRAMS[prog.name][1]
-    # the bootstrap is small enough for two 1 KiB ROM frames; the flasher sits below the
-    # ROM's data at 0x805F8000 and leaves SRAM from 0x80000000 free for SRAM programs
+    # the bootstrap is small enough for two 1 KiB ROM frames; everything the flasher
+    # occupies (image, .bss, stack, DMA buffers) sits below the ROM's data at
+    # 0x805F8000, above all the bootstrap occupies (its LOAD buffer), and leaves SRAM
+    # from 0x80000000 free for SRAM programs
     assert len(fb.boot.image) <= 2048
     assert fb.flasher.load_address >= 0x80500000
-    assert fb.flasher.load_address + len(fb.flasher.image) < 0x805F8000
+    boot, flasher = meta["programs"]["boot"], meta["programs"]["flasher"]
+    assert flasher["load_address"] + flasher["size"] <= flasher["memory_end"] <= k210.ROM_DATA[0]
+    assert boot["memory_end"] <= flasher["load_address"]
+
+
+def test_memory_end_covers_every_allocated_section():
+    # a minimal ELF64 with three section headers: null, a loaded one and a NOBITS .bss
+    # (SHF_ALLOC = 2) that ends further up, and an unallocated one further still
+    headers = [(0, 0, 0, 0, 0, 0), (0, 1, 2 | 4, 0x1000, 0, 0x200), (0, 8, 2, 0x1200, 0, 0x300),
+               (0, 1, 0, 0x9000, 0, 0x10)]  # fmt: skip
+    shoff = 64
+    elf = bytearray(shoff + 64 * len(headers))
+    struct.pack_into("<Q", elf, 0x28, shoff)
+    struct.pack_into("<HHH", elf, 0x3A, 64, len(headers), 0)
+    for i, h in enumerate(headers):
+        struct.pack_into("<IIQQQQ", elf, shoff + 64 * i, *h)
+    assert build.memory_end(bytes(elf)) == 0x1500
 
 
 def test_bootstrap_parameter_is_patched_in_place():
