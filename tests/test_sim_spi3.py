@@ -275,3 +275,28 @@ def test_frames_go_on_the_wire_most_significant_byte_first(fb: int) -> None:
     assert _wire_bytes(np.array(frames, dtype=np.uint64), fb) == want
     assert _wire_bytes([], fb) == b""
     assert [int(f) for f in _wire_frames(want, fb)] == [f & ((1 << 8 * fb) - 1) for f in frames]
+
+
+@pytest.mark.parametrize("header", [(), (8 * CLK,), (8 * CLK, 24 * CLK)])
+def test_wire_counts_agree_with_the_entry_times(header: tuple[float, ...]) -> None:
+    """``_Wire.count`` (inlined entry times past the header, a quotient to start from)
+    against counting ``begins``/``done`` one entry at a time, at every entry's own
+    time, a hair either side of it, and between entries: the DMA's FIFO levels and
+    the items it moves come from these counts."""
+    from kflashpy.sim.spi3 import _Wire
+
+    wire = _Wire(0.1 + 3e-7, header, 8 * CLK, 32 * CLK / 4)
+
+    def slow(now: float, at) -> int:  # type: ignore[no-untyped-def]
+        n = 0
+        while at(n) <= now:
+            n += 1
+        return n
+
+    times = [wire.start - CLK, wire.start]
+    for j in range(70):
+        for t in (wire.begins(j), wire.done(j)):
+            times += [t, math.nextafter(t, -math.inf), math.nextafter(t, math.inf), t + CLK / 3]
+    for now in times:
+        assert wire.count(now, False) == slow(now, wire.begins)
+        assert wire.count(now, True) == slow(now, wire.done)

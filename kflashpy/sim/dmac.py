@@ -196,27 +196,32 @@ class Channel:
 
     # ------------------------------------------------------------- life cycle
     def start(self, now: float) -> None:
-        """CH_EN rose: check the programmed block and start it (or halt the board)."""
-        ctl, cfg = self.reg(CTL), self.reg(CH_CFG)
-        halt = self.dmac.refuse
-        name = f"DMAC channel {self.n}"
-        if not self.dmac.cfg & CFG_DMAC_EN:
-            return halt(f"{name} enabled while CFG.DMAC_EN is 0 (CFG=0x{self.dmac.cfg:x})")
+        """CH_EN rose: check the programmed block and start it (or halt the board).
+
+        Runs once per block (kflashpy's flasher arms one or two per flash page): the
+        registers are read from the list directly, and a refusal's message is built
+        only when the board halts (:meth:`_halt`)."""
+        regs, dmac = self.regs, self.dmac
+        ctl, cfg = regs[CTL >> 3], regs[CH_CFG >> 3]
+        halt = self._halt
+        if not dmac.cfg & CFG_DMAC_EN:
+            return halt(f" enabled while CFG.DMAC_EN is 0 (CFG=0x{dmac.cfg:x})")
         if cfg & 0xF:
-            return halt(f"{name}: CFG=0x{cfg:016x} asks for multi-block transfers (not modelled)")
-        if ctl >> 63 & 1 or self.reg(LLP):
-            return halt(f"{name}: CTL=0x{ctl:016x} LLP=0x{self.reg(LLP):x}: linked lists")
+            return halt(f": CFG=0x{cfg:016x} asks for multi-block transfers (not modelled)")
+        llp = regs[LLP >> 3]
+        if ctl >> 63 & 1 or llp:
+            return halt(f": CTL=0x{ctl:016x} LLP=0x{llp:x}: linked lists")
         src_w, dst_w = ctl >> 8 & 7, ctl >> 11 & 7
         if src_w != dst_w or src_w > 3:
             return halt(
-                f"{name}: CTL=0x{ctl:016x}: SRC_TR_WIDTH {src_w} / DST_TR_WIDTH {dst_w}"
+                f": CTL=0x{ctl:016x}: SRC_TR_WIDTH {src_w} / DST_TR_WIDTH {dst_w}"
                 " (only equal widths up to 64 bits are modelled)"
             )
         self.width = 1 << src_w
-        self.items = (self.reg(BLOCK_TS) & BLOCK_TS_MASK) + 1
+        self.items = (regs[BLOCK_TS >> 3] & BLOCK_TS_MASK) + 1
         self.moved = 0
         tt = cfg >> 32 & 7
-        sar, dar = self.reg(SAR) & 0xFFFF_FFFF, self.reg(DAR) & 0xFFFF_FFFF
+        sar, dar = regs[SAR >> 3] & 0xFFFF_FFFF, regs[DAR >> 3] & 0xFFFF_FFFF
         sinc_fixed, dinc_fixed = bool(ctl >> 4 & 1), bool(ctl >> 6 & 1)
         if tt == TT_MEM2MEM:
             src = self._memory(sar, sinc_fixed, "SAR")
@@ -232,46 +237,48 @@ class Channel:
             self._complete(now)
             return None
         if tt not in (TT_MEM2PRF, TT_PRF2MEM):
-            return halt(f"{name}: CFG=0x{cfg:016x}: TT_FC {tt} (not modelled)")
-        self.to_memory = tt == TT_PRF2MEM
-        hs_sw = cfg >> (35 if self.to_memory else 36) & 1
+            return halt(f": CFG=0x{cfg:016x}: TT_FC {tt} (not modelled)")
+        to_memory = self.to_memory = tt == TT_PRF2MEM
+        hs_sw = cfg >> (35 if to_memory else 36) & 1
         if hs_sw:
-            return halt(f"{name}: CFG=0x{cfg:016x}: software handshake (not modelled)")
-        iface = cfg >> (39 if self.to_memory else 44) & 0xF
-        field = "SRC_PER" if self.to_memory else "DST_PER"
+            return halt(f": CFG=0x{cfg:016x}: software handshake (not modelled)")
+        iface = cfg >> (39 if to_memory else 44) & 0xF
+        field = "SRC_PER" if to_memory else "DST_PER"
         if iface >= CHANNELS:
-            return halt(f"{name}: CFG=0x{cfg:016x}: {field} {iface} has no SYSCTL dma_sel")
-        request = self.dmac.request_of(iface)
-        endpoint = self.dmac.endpoints.get(request)
+            return halt(f": CFG=0x{cfg:016x}: {field} {iface} has no SYSCTL dma_sel")
+        request = dmac.request_of(iface)
+        endpoint = dmac.endpoints.get(request)
         if endpoint is None:
             return halt(
-                f"{name}: {field} {iface} is routed to request {request} by SYSCTL dma_sel,"
+                f": {field} {iface} is routed to request {request} by SYSCTL dma_sel,"
                 " which no modelled peripheral serves"
             )
-        mem, fixed, reg_name = (
-            (dar, dinc_fixed, "DAR") if self.to_memory else (sar, sinc_fixed, "SAR")
-        )
+        mem, fixed, reg_name = (dar, dinc_fixed, "DAR") if to_memory else (sar, sinc_fixed, "SAR")
         off = self._memory(mem, fixed, reg_name)
         if off is None:
             return None
         self._mem, self._mem_fixed = off, fixed
-        self.prf_address = sar if self.to_memory else dar
-        self.prf_fixed = sinc_fixed if self.to_memory else dinc_fixed
+        self.prf_address = sar if to_memory else dar
+        self.prf_fixed = sinc_fixed if to_memory else dinc_fixed
         # armed before the endpoint is asked: it may move items (and complete) at once
         self.endpoint = endpoint
         self.enabled = True
-        self.dmac.armed.append(self)
+        dmac.armed.append(self)
         refused = endpoint.dma_arm(self)
         if refused:
             self.enabled = False
             self.endpoint = None
-            self.dmac.armed.remove(self)
-            return halt(f"{name} (request {request}): {refused}")
+            dmac.armed.remove(self)
+            return halt(f" (request {request}): {refused}")
         if self.enabled:
             # whether the block's end is known (an SPI3 block learns it only when the
             # guest selects the chip): see Dmac.end_slice
-            self.dmac.end_slice(math.isfinite(endpoint.dma_due()))
+            dmac.end_slice(endpoint.dma_due() != math.inf)
         return None
+
+    def _halt(self, what: str) -> None:
+        """Halt the board: "DMAC channel n" followed by ``what``."""
+        self.dmac.refuse(f"DMAC channel {self.n}{what}")
 
     def _memory(self, address: int, fixed: bool, reg_name: str) -> int | None:
         """The SRAM offset of the block's memory side, or None (the board halts)."""

@@ -117,17 +117,24 @@ class _Wire:
             return self.ends[j]
         return self.body + (j - self.h + 1) * self.frame
 
-    def count(self, now: float, at: Callable[[int], float]) -> int:
-        """How many entries have ``at(j) <= now`` (``at`` is begins or done)."""
+    def count(self, now: float, done: bool) -> int:
+        """How many entries have begun shifting (``done``: been shifted completely) by
+        ``now``. Past the header, :meth:`begins` and :meth:`done` are inlined (entry
+        ``j`` at ``body + (j - h + done) * frame``, the same sums): every status poll
+        of a DMA transaction asks this once or twice."""
+        h = self.h
         n = 0
-        while n < self.h and at(n) <= now:
-            n += 1
-        if n < self.h:
-            return n
-        n = max(self.h, self.h + int((now - self.body) / self.frame))
-        while n > self.h and at(n - 1) > now:
+        if h:
+            at = self.done if done else self.begins
+            while n < h and at(n) <= now:
+                n += 1
+            if n < h:
+                return n
+        body, frame, k = self.body, self.frame, h - done  # entry j at body + (j - k) * frame
+        n = max(h, h + int((now - body) / frame))
+        while n > h and body + (n - 1 - k) * frame > now:
             n -= 1
-        while at(n) <= now:
+        while body + (n - k) * frame <= now:
             n += 1
         return n
 
@@ -153,11 +160,13 @@ class _Dma:
         self.wire: _Wire | None = None
         self.end = math.inf  # when the last frame is on the wire
 
-    def entered(self, now: float) -> int:
-        """Transmit: items in the FIFO by ``now`` (a burst enters once TXFLR <= DMATDLR)."""
+    def entered(self, now: float, begun: int | None = None) -> int:
+        """Transmit: items in the FIFO by ``now`` (a burst enters once TXFLR <= DMATDLR);
+        ``begun``: the wire's entries begun by ``now``, if the caller has counted them."""
         if self.t0 is None or now < self.t0:
             return 0
-        begun = self.wire.count(now, self.wire.begins) if self.wire else 0
+        if begun is None:
+            begun = self.wire.count(now, False) if self.wire else 0
         room = begun + self.level - self.queued
         if room < 0:
             return 0
@@ -175,7 +184,7 @@ class _Dma:
         """Receive: frames in the FIFO or already moved by ``now``."""
         if self.wire is None:
             return 0
-        return max(0, min(self.items, self.wire.count(now, self.wire.done) - self.first))
+        return max(0, min(self.items, self.wire.count(now, True) - self.first))
 
     def due(self) -> float:
         """When the block completes if nothing else happens."""
@@ -619,8 +628,8 @@ class Spi3:
         if d.rx:
             level = d.arrived(now) % d.burst
         else:
-            begun = d.wire.count(now, d.wire.begins)
-            level = max(0, d.queued + d.entered(now) - begun)
+            begun = d.wire.count(now, False)
+            level = max(0, d.queued + d.entered(now, begun) - begun)
         if offset == TXFLR:
             return 0 if d.rx else level
         if offset == RXFLR:

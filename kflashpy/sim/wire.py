@@ -180,7 +180,12 @@ class Wire:
                 self.bytes_garbled += len(chunk)
             if chunk:
                 out.append((t_last, chunk))
-        self._update_next()
+        # _update_next inlined (an armed UART DMA channel receives at every sync)
+        if segments:
+            seg = segments[0]
+            self.next_at = seg.t0 + (seg.pos + 1) * seg.dt
+        else:
+            self.next_at = math.inf
         return out
 
     def _garble(self, chunk: bytes, ratio: float) -> bytes:
