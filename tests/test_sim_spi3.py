@@ -266,15 +266,19 @@ def test_what_is_not_modelled_halts(setup, needle) -> None:  # type: ignore[no-u
 def test_frames_go_on_the_wire_most_significant_byte_first(fb: int) -> None:
     """``_wire_bytes`` (the frames of a DMA transfer or an enhanced one) against one
     ``int.to_bytes`` per frame, for every frame size: the numpy cast it takes for 1, 2,
-    4 and 8 bytes and the byte slicing for the others give the same bytes."""
-    from kflashpy.sim.spi3 import _wire_bytes, _wire_frames
+    4 and 8 bytes and the byte slicing for the others give the same bytes; and back:
+    ``_frame_items`` (a DMA read's frames as the 32-bit items memory gets) for the
+    frame sizes SSI frames have (up to 32 bits)."""
+    from kflashpy.sim.spi3 import _frame_items, _wire_bytes
 
     frames = [0xF1E2_D3C4_B5A6_9788 ^ i * 0x0101_0101 for i in range(5)]
     want = b"".join((f & ((1 << 8 * fb) - 1)).to_bytes(fb, "big") for f in frames)
     assert _wire_bytes(frames, fb) == want
     assert _wire_bytes(np.array(frames, dtype=np.uint64), fb) == want
     assert _wire_bytes([], fb) == b""
-    assert [int(f) for f in _wire_frames(want, fb)] == [f & ((1 << 8 * fb) - 1) for f in frames]
+    if fb <= 4:  # received frames become the DMA's 32-bit items in memory
+        items = b"".join((f & ((1 << 8 * fb) - 1)).to_bytes(4, "little") for f in frames)
+        assert _frame_items(want, fb) == items
 
 
 @pytest.mark.parametrize("header", [(), (8 * CLK,), (8 * CLK, 24 * CLK)])

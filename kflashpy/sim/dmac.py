@@ -51,7 +51,9 @@ The endpoint interface (what a peripheral implements to take part, registered wi
   None. While armed it moves items with ``channel.put(values, at)`` (peripheral ->
   memory: the values, oldest first, the last one complete at virtual time ``at``) or
   ``values = channel.take(count, at)`` (memory -> peripheral); both take at most
-  ``channel.remaining`` items and complete the block when it is full.
+  ``channel.remaining`` items and complete the block when it is full. ``put_raw`` and
+  ``take_raw`` do the same with the items as memory holds them (``width``
+  little-endian bytes each), for endpoints that deal in bytes.
 * ``dma_sync(now)``: move everything that has moved by virtual time ``now`` (the DMAC
   calls it before the guest sees DMAC state, the core at every slice boundary).
 * ``dma_due() -> float``: when the armed block completes if the guest does nothing
@@ -158,23 +160,41 @@ class Channel:
                 # each item's low ``width`` bytes (an unsigned cast keeps them)
                 items = np.asarray(values[:count], dtype=np.uint64)
                 raw = bytearray(items.astype(f"<u{width}").tobytes())
-            self._store(raw)
-            self.moved += count
-            if self.moved == self.items:
-                self._complete(at)
+            self._stored(raw, count, at)
         return count
+
+    def put_raw(self, raw: bytes, at: float) -> int:
+        """:meth:`put` of items already as memory holds them (``width`` little-endian
+        bytes each: an SPI3 read's frames, converted once per transaction instead of
+        once per burst); return how many items were taken."""
+        width = self.width
+        count = min(len(raw) // width, self.items - self.moved if self.enabled else 0)
+        if count:
+            self._stored(raw[: count * width], count, at)
+        return count
+
+    def _stored(self, raw: bytes | bytearray, count: int, at: float) -> None:
+        self._store(raw)
+        self.moved += count
+        if self.moved == self.items:
+            self._complete(at)
 
     def take(self, count: int, at: float) -> list[int]:
         """Memory -> peripheral: the next ``count`` items (at most :attr:`remaining`),
         the last one taken at ``at``."""
+        raw = self.take_raw(count, at)
+        return np.frombuffer(raw, dtype=f"<u{self.width}").tolist() if raw else []
+
+    def take_raw(self, count: int, at: float) -> bytes:
+        """:meth:`take` as memory holds the items (``width`` little-endian bytes each)."""
         count = min(count, self.remaining)
         if not count:
-            return []
+            return b""
         raw = self._load(self.moved, count)
         self.moved += count
         if self.moved == self.items:
             self._complete(at)
-        return np.frombuffer(raw, dtype=f"<u{self.width}").tolist()
+        return raw
 
     # ------------------------------------------------------------- memory side
     def _store(self, raw: bytes | bytearray) -> None:

@@ -79,13 +79,15 @@ def _wire_bytes(frames: Sequence[int], fb: int) -> bytes:
     return wide.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - fb :].tobytes()
 
 
-def _wire_frames(data: bytes, fb: int) -> np.ndarray:
-    """The inverse of :func:`_wire_bytes`: received bytes as frames of ``fb`` bytes."""
-    if fb in (1, 2, 4):
-        return np.frombuffer(data, dtype=f">u{fb}")
-    raw = np.zeros((len(data) // fb, 8), dtype=np.uint8)
-    raw[:, 8 - fb :] = np.frombuffer(data, dtype=np.uint8).reshape(-1, fb)
-    return raw.view(">u8").reshape(-1).astype(np.uint64)
+def _frame_items(data: bytes, fb: int) -> bytes:
+    """Received bytes (frames of ``fb`` <= 4 bytes, most significant byte first) as the
+    DMA's 32-bit items in memory: each frame's value, little-endian, upper bytes 0.
+    Strided copies, one per frame byte: no per-frame Python work."""
+    n = len(data) // fb
+    out = bytearray(4 * n)
+    for k in range(fb):
+        out[k::4] = data[fb - 1 - k : n * fb : fb]
+    return bytes(out)
 
 
 class _Wire:
@@ -156,7 +158,7 @@ class _Dma:
         self.t0: float | None = None  # transmit: when the DMA began to fill the FIFO
         self.queued = 0  # transmit: entries the CPU had queued before that
         self.first = 0  # receive: the entry number of the first received frame
-        self.values: np.ndarray | None = None  # receive: every frame, computed at selection
+        self.items_raw: bytes | None = None  # receive: every frame as memory gets it
         self.wire: _Wire | None = None
         self.end = math.inf  # when the last frame is on the wire
 
@@ -586,7 +588,7 @@ class Spi3:
             self._shift(cmd, now)
             d.first = len(cmd)
             rx = self.flash.exchange(bytes(n * self._fb), now)
-        d.values = _wire_frames(rx, self._fb)
+        d.items_raw = _frame_items(rx, self._fb)
         d.end = d.wire.done(d.first + n - 1)
 
     def _shift(self, frames: Sequence[int], at: float) -> None:
@@ -611,13 +613,13 @@ class Spi3:
                 else:
                     self.txq += values
         d = self._drx
-        if d is not None and d.ch is not None and d.values is not None:
+        if d is not None and d.ch is not None and d.items_raw is not None:
             got = d.arrived(now)
             got -= got % d.burst  # a burst leaves the FIFO once complete
             if got > d.moved and d.wire is not None:
-                frames = d.values[d.moved : got]
+                items = d.items_raw[4 * d.moved : 4 * got]  # 32-bit items (_dma_arm)
                 d.moved = got
-                d.ch.put(frames, d.wire.done(d.first + got - 1))  # the last completes it
+                d.ch.put_raw(items, d.wire.done(d.first + got - 1))  # the last completes it
 
     def _dma_status(self, offset: int, d: _Dma) -> int:
         """TXFLR, RXFLR or SR while a DMA transaction runs, from its wire times. Tight
