@@ -64,6 +64,7 @@ The endpoint interface (what a peripheral implements to take part, registered wi
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -87,6 +88,7 @@ TT_MEM2MEM, TT_MEM2PRF, TT_PRF2MEM = 0, 1, 2
 BLOCK_TS_MASK = (1 << 22) - 1
 SYSCTL_DMA_SEL0, SYSCTL_DMA_SEL1 = 0x64, 0x68
 _MASK64 = (1 << 64) - 1
+_ITEM = {1: "B", 2: "H", 4: "I", 8: "Q"}  # struct codes of the item widths
 
 
 class Endpoint(Protocol):
@@ -183,7 +185,7 @@ class Channel:
         """Memory -> peripheral: the next ``count`` items (at most :attr:`remaining`),
         the last one taken at ``at``."""
         raw = self.take_raw(count, at)
-        return np.frombuffer(raw, dtype=f"<u{self.width}").tolist() if raw else []
+        return list(struct.unpack(f"<{len(raw) // self.width}{_ITEM[self.width]}", raw))
 
     def take_raw(self, count: int, at: float) -> bytes:
         """:meth:`take` as memory holds the items (``width`` little-endian bytes each)."""

@@ -32,6 +32,7 @@ transfers are charged.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,6 +74,11 @@ class NoDevice:
 
 def _wire_bytes(frames: Sequence[int], fb: int) -> bytes:
     """Frames of ``fb`` bytes as they go on the wire (most significant byte first)."""
+    if fb == 4:  # SSI words (every burn): DR writes and DMA items are 32-bit values
+        try:
+            return struct.pack(f">{len(frames)}I", *frames)
+        except struct.error:  # a value wider than its frame: the cast below truncates it
+            pass
     wide = np.asarray(frames, dtype=np.uint64)
     if fb in (1, 2, 4, 8):  # a frame per SPI word (every burn): an unsigned cast keeps them
         return wide.astype(f">u{fb}").tobytes()
