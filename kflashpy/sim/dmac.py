@@ -176,7 +176,14 @@ class Channel:
         return count
 
     def _stored(self, raw: bytes | bytearray, count: int, at: float) -> None:
-        self._store(raw)
+        """Write ``count`` items (``width`` little-endian bytes each, in ``raw``) at the
+        next memory position, the last one arrived at ``at``."""
+        sram, width = self.dmac.sram.data, self.width
+        if self._mem_fixed:  # every item to the same cell: the last one stays
+            sram[self._mem : self._mem + width] = raw[-width:]
+        else:
+            off = self._mem + self.moved * width
+            sram[off : off + len(raw)] = raw
         self.moved += count
         if self.moved == self.items:
             self._complete(at)
@@ -199,15 +206,6 @@ class Channel:
         return raw
 
     # ------------------------------------------------------------- memory side
-    def _store(self, raw: bytes | bytearray) -> None:
-        """Write items (``width`` little-endian bytes each) at the next memory position."""
-        sram, width = self.dmac.sram.data, self.width
-        if self._mem_fixed:  # every item to the same cell: the last one stays
-            sram[self._mem : self._mem + width] = raw[-width:]
-        else:
-            off = self._mem + self.moved * width
-            sram[off : off + len(raw)] = raw
-
     def _load(self, first: int, count: int) -> bytes:
         """Items ``first .. first + count`` of the memory side, as raw bytes."""
         sram, width = self.dmac.sram.data, self.width
@@ -254,9 +252,7 @@ class Channel:
             raw = self._load(0, self.items)
             self._mem, self._mem_fixed = dst, dinc_fixed
             self.enabled = True
-            self._store(raw)
-            self.moved = self.items
-            self._complete(now)
+            self._stored(raw, self.items, now)
             return None
         if tt not in (TT_MEM2PRF, TT_PRF2MEM):
             return halt(f": CFG=0x{cfg:016x}: TT_FC {tt} (not modelled)")
