@@ -135,10 +135,12 @@ class Channel:
         return self.items - self.moved if self.enabled else 0
 
     def level(self) -> bool:
-        """The done interrupt's line to the PLIC."""
-        return bool(
-            self.regs[CH_INTSTATUS >> 3] & self.regs[CH_INTSIGNAL_EN >> 3]
-            and self.dmac.cfg & CFG_INT_EN
+        """The done interrupt's line to the PLIC (asked at every claim and wfi wake:
+        comparisons, no bool() call)."""
+        regs = self.regs
+        return (
+            regs[CH_INTSTATUS >> 3] & regs[CH_INTSIGNAL_EN >> 3] != 0
+            and self.dmac.cfg & CFG_INT_EN != 0
         )
 
     def raises_irq(self) -> bool:

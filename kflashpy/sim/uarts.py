@@ -54,7 +54,8 @@ class _Uart:
     def room(self) -> int:
         """Bytes that can still arrive before one is lost: the FIFO's free entries, plus
         what an armed DMA channel still takes first."""
-        return self.fifo_depth - len(self.rx) + (self.dma.remaining if self.dma else 0)
+        dma = self.dma  # armed (enabled) while set: Channel.remaining inlined, every slice asks
+        return self.fifo_depth - len(self.rx) + (dma.items - dma.moved if dma else 0)
 
     def baud(self) -> float:
         raise NotImplementedError
@@ -358,7 +359,7 @@ class UartRxDma:
         channel = self.channel
         if channel is None or not self.linked():
             return math.inf
-        at = self.wire.arrival_of(channel.remaining)
+        at = self.wire.arrival_of(channel.items - channel.moved)  # remaining, as in dma_sync
         return math.inf if at is None else max(at, self.armed_at)
 
     def dma_disarm(self, channel: Channel) -> None:
