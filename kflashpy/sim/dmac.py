@@ -427,8 +427,8 @@ class Dmac:
             if n >= CHANNELS:
                 return
             ch = self.channels[n]
-            base = offset & 0xF8
-            ch.write(base, merge(ch.read(base), offset, size, value, 8)[1])
+            base = offset & 0xF8  # ch.read(base) inlined: SAR/DAR/INTCLEAR once per block
+            ch.write(base, merge(ch.regs[base >> 3], offset, size, value, 8)[1])
             return
         if self.armed:
             self.sync(self.now())
