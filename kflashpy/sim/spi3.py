@@ -339,12 +339,18 @@ class Spi3:
             return
         self.regs[offset : offset + size] = new
         if offset == SSIENR:
+            # every transaction enables and disables the SSI around SER (twice per
+            # flash page and more): the calls that would do nothing are not made
             if value & 1:
-                self._tx_ready()
-                self._maybe_select()
+                if self._dtx is not None:
+                    self._tx_ready()
+                if self.regs[SER] & 1:
+                    self._maybe_select()
             else:
-                self._deselect()
-                self._drop_dma()
+                if self.selected:
+                    self._deselect()
+                if self._dtx is not None or self._drx is not None:
+                    self._drop_dma()
                 self.txq.clear()
                 self.rxq.clear()
                 self.rx_left = 0
