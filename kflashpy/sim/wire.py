@@ -168,8 +168,13 @@ class Wire:
             # at least byte ``pos``, which the test above saw arrive: at 60 s and 1.5 Mbaud
             # one ulp of ``until`` is 2e-9 byte times, so the quotient can fall short of
             # ``pos + 1`` where the sum did not, and the loop would never end
-            n_arrived = max(pos + 1, min(len(data), int((until - t0) / dt + 1e-9)))
-            end = n_arrived if budget < 0 else min(n_arrived, pos + budget)
+            end = int((until - t0) / dt + 1e-9)  # arrived: at least pos + 1, at most all
+            if end > len(data):
+                end = len(data)
+            if end <= pos:
+                end = pos + 1
+            if 0 < budget < end - pos:
+                end = pos + budget
             chunk = data[pos:end]
             t_last = t0 + end * dt
             self._pending -= end - pos
