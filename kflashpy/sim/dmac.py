@@ -153,8 +153,11 @@ class Channel:
         """Peripheral -> memory: store up to :attr:`remaining` of ``values`` (the last
         one received at ``at``); return how many were taken. Bytes are items whose upper
         bits are 0 (a UART's received bytes)."""
-        # :attr:`remaining` inlined: a UART's DMA puts a few bytes at every sync
-        count = min(len(values), self.items - self.moved if self.enabled else 0)
+        # :attr:`remaining` inlined and no min() call (docs/simulator.md, "Cheaper device
+        # accesses"): a UART's DMA puts a few bytes at every sync
+        count = self.items - self.moved if self.enabled else 0
+        if len(values) < count:
+            count = len(values)
         if count:
             width = self.width
             if isinstance(values, (bytes, bytearray)):  # the hot path: a few bytes
@@ -397,7 +400,9 @@ class Dmac:
             if ch.endpoint is None:
                 continue
             if passes is None or (ch.raises_irq() and passes(ch.irq)):
-                t = min(t, ch.endpoint.dma_due())
+                due = ch.endpoint.dma_due()
+                if due < t:
+                    t = due
         return t
 
     # ------------------------------------------------------------- registers

@@ -139,7 +139,9 @@ class _Wire:
             if n < h:
                 return n
         body, frame, k = self.body, self.frame, h - done  # entry j at body + (j - k) * frame
-        n = max(h, h + int((now - body) / frame))
+        n = h + int((now - body) / frame)
+        if n < h:  # comparisons, not max() (docs/simulator.md, "Cheaper device accesses")
+            n = h
         while n > h and body + (n - 1 - k) * frame > now:
             n -= 1
         while body + (n - k) * frame <= now:
@@ -178,7 +180,8 @@ class _Dma:
         room = begun + self.level - self.queued
         if room < 0:
             return 0
-        return min(self.items, (room // self.burst + 1) * self.burst)
+        n = (room // self.burst + 1) * self.burst
+        return n if n < self.items else self.items  # no min(): see _Wire.count
 
     def burst_at(self, b: int) -> float:
         """Transmit: when burst ``b`` enters the FIFO (inf: not before the slave is selected)."""
@@ -192,7 +195,10 @@ class _Dma:
         """Receive: frames in the FIFO or already moved by ``now``."""
         if self.wire is None:
             return 0
-        return max(0, min(self.items, self.wire.count(now, True) - self.first))
+        n = self.wire.count(now, True) - self.first  # no min()/max(): see _Wire.count
+        if n > self.items:
+            return self.items
+        return n if n > 0 else 0
 
     def due(self) -> float:
         """When the block completes if nothing else happens."""
@@ -643,7 +649,9 @@ class Spi3:
             level = d.arrived(now) % d.burst
         else:
             begun = d.wire.count(now, False)
-            level = max(0, d.queued + d.entered(now, begun) - begun)
+            level = d.queued + d.entered(now, begun) - begun
+            if level < 0:
+                level = 0
         if offset == TXFLR:
             return 0 if d.rx else level
         if offset == RXFLR:

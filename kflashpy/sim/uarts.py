@@ -348,10 +348,13 @@ class UartRxDma:
         if channel is None or wire.next_at > now or not self.linked():
             return
         # the DMAC syncs at every slice start and stall, and at 3 Mbaud a byte or more
-        # has come almost every time: Channel.remaining inlined (armed: enabled)
+        # has come almost every time: Channel.remaining inlined (armed: enabled), and
+        # comparisons, not max() calls (docs/simulator.md, "Cheaper device accesses")
+        armed_at = self.armed_at
         for at, chunk in wire.receive(now, uart.baud(), channel.items - channel.moved):
-            taken = channel.put(chunk, max(at, self.armed_at))
-            uart.rx_activity = max(uart.rx_activity, at)
+            taken = channel.put(chunk, at if at > armed_at else armed_at)
+            if at > uart.rx_activity:
+                uart.rx_activity = at
             if taken < len(chunk):  # a garbled chunk can decode to more bytes than sent
                 uart.receive(chunk[taken:], at)
 
@@ -359,8 +362,10 @@ class UartRxDma:
         channel = self.channel
         if channel is None or not self.linked():
             return math.inf
-        at = self.wire.arrival_of(channel.items - channel.moved)  # remaining, as in dma_sync
-        return math.inf if at is None else max(at, self.armed_at)
+        at = self.wire.arrival_of(channel.items - channel.moved)  # as in dma_sync
+        if at is None:
+            return math.inf
+        return at if at > self.armed_at else self.armed_at
 
     def dma_disarm(self, channel: Channel) -> None:
         self.channel = None
