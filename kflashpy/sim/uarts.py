@@ -178,7 +178,8 @@ class DwUart(_Uart):
 
     def receive(self, data: bytes, at: float = 0.0) -> None:
         super().receive(data, at)
-        self.rx_activity = max(self.rx_activity, at)
+        if at > self.rx_activity:  # no max() call: see UartRxDma.dma_sync
+            self.rx_activity = at
 
     def baud(self) -> float:
         divisor = 4096 * self.dlh + 16 * self.dll + self.dlf

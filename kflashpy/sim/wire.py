@@ -64,10 +64,12 @@ class Wire:
 
     def send(self, data: bytes, now: float, baud: float) -> float:
         """Queue ``data`` to go out at ``baud`` once the line is free; return the end time."""
+        # no max() call (docs/simulator.md, "Cheaper device accesses"): once per byte
+        # the flasher or a stub writes to its UART
+        t0 = now if now >= self._free_at else self._free_at
         if not data:
-            return max(now, self._free_at)
+            return t0
         dt = BITS_PER_BYTE / baud
-        t0 = max(now, self._free_at)
         self._segments.append(_Segment(t0, dt, float(baud), bytes(data)))
         self._free_at = t0 + dt * len(data)
         self.bytes_sent += len(data)
