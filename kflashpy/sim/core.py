@@ -809,7 +809,7 @@ class Core:
                 value = val.value
                 # iterations, this one included, until the register reaches 0
                 left = (-value if step > 0 else value) & _MASK64
-                skip = min(left - 1, room)
+                skip = left - 1 if left - 1 < room else room  # no min(): see _next_event
                 if skip < 1:
                     return
                 val.value = (value + skip * step) & _MASK64

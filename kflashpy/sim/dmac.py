@@ -175,7 +175,9 @@ class Channel:
         bytes each: an SPI3 read's frames, converted once per transaction instead of
         once per burst); return how many items were taken."""
         width = self.width
-        count = min(len(raw) // width, self.items - self.moved if self.enabled else 0)
+        count = self.items - self.moved if self.enabled else 0  # no min(): see put
+        if len(raw) // width < count:
+            count = len(raw) // width
         if count:
             self._stored(raw[: count * width], count, at)
         return count
@@ -201,7 +203,8 @@ class Channel:
 
     def take_raw(self, count: int, at: float) -> bytes:
         """:meth:`take` as memory holds the items (``width`` little-endian bytes each)."""
-        count = min(count, self.remaining)
+        if count > self.remaining:  # no min(): see put
+            count = self.remaining
         if not count:
             return b""
         raw = self._load(self.moved, count)

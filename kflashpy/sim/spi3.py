@@ -313,7 +313,8 @@ class Spi3:
             return self._dma_status(offset, self._live)
         if offset == RXFLR:
             self._fill()
-            return min(FIFO_DEPTH, len(self.rxq) // self._fb)
+            n = len(self.rxq) // self._fb  # no min(): see _Wire.count
+            return n if n < FIFO_DEPTH else FIFO_DEPTH
         if offset == SR:
             self._fill()
             return 0x06 | (0x08 if self.rxq else 0)
@@ -418,7 +419,9 @@ class Spi3:
         if self.enh:
             self.rxq += self._enhanced(rx_frames=self.rx_left)
             return
-        n = min(self.rx_left, FIFO_DEPTH - len(self.rxq) // fb)
+        n = FIFO_DEPTH - len(self.rxq) // fb  # no min(): see _Wire.count
+        if self.rx_left < n:
+            n = self.rx_left
         self.rx_left -= n
         start = self._now()
         self._charge(n * fb)
