@@ -189,8 +189,9 @@ def test_peripheral_to_memory_items_of_each_width_keep_their_low_bytes(
     width_code: int, fmt: str
 ) -> None:
     """``Channel.put`` stores each item's low ``width`` bytes, whether the endpoint hands
-    over a list of ints, a numpy array of any unsigned frame type (SPI3's received
-    frames) or bytes (a UART's): each checked against struct packing."""
+    over a list of ints, a numpy array of any unsigned frame type or bytes (a UART's),
+    and ``put_raw`` the items as given (SPI3's received frames): each checked against
+    struct packing."""
     import numpy as np
 
     rig = Rig()
@@ -198,16 +199,20 @@ def test_peripheral_to_memory_items_of_each_width_keep_their_low_bytes(
     rig.dmac.endpoints[18] = FakeSource()
     size = struct.calcsize(fmt)
     ctl = width_code << 8 | width_code << 11 | 1 << 4  # SAR fixed
-    rig.single(5, 0x5023_0000, SRAM_BASE + 0x100, 12, ctl, 2 << 32 | 5 << 39)
+    rig.single(5, 0x5023_0000, SRAM_BASE + 0x100, 16, ctl, 2 << 32 | 5 << 39)
     ch = rig.dmac.channels[5]
-    assert rig.halts == [] and ch.remaining == 12
+    assert rig.halts == [] and ch.remaining == 16
     wide = [0xF1E2_D3C4_B5A6_9788 ^ i << 5 for i in range(4)]
     frames = np.array([0x8899_AABB + i for i in range(4)], dtype=">u4")
+    packed = [0x7766_5544_3322_1100 + i for i in range(5)]
     assert ch.put(wide, 1.0) == 4
     assert ch.put(frames, 2.0) == 4
-    assert ch.put(b"\x01\x02\x03\x04\x05", 3.0) == 4  # the block's last four items
-    items = [v & ((1 << 8 * size) - 1) for v in [*wide, *map(int, frames), 1, 2, 3, 4]]
-    got = rig.sram.read(SRAM_BASE + 0x100, 12 * size)
+    # put_raw: items already as memory holds them (SPI3's reads), a partial item ignored
+    raw = b"".join(struct.pack(fmt, v & ((1 << 8 * size) - 1)) for v in packed)
+    assert ch.put_raw(raw + b"\xee" * (size - 1), 2.5) == 5
+    assert ch.put(b"\x01\x02\x03\x04\x05", 3.0) == 3  # the block's last three items
+    items = [v & ((1 << 8 * size) - 1) for v in [*wide, *map(int, frames), *packed, 1, 2, 3]]
+    got = rig.sram.read(SRAM_BASE + 0x100, 16 * size)
     assert got == b"".join(struct.pack(fmt, v) for v in items)
     assert ch.done_at == 3.0 and ch.remaining == 0
 

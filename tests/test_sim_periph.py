@@ -282,6 +282,23 @@ def test_wire_arrival_times_in_one_pass() -> None:
     assert len(w.arrivals(10)) == 4 and w.arrivals(0) == []
 
 
+def test_wire_inlined_arrival_times_are_the_segments_own() -> None:
+    """``arrival_of``, ``arrivals`` and ``next_at`` after a receive compute arrival
+    times inline (hot paths: every slice and wfi wake asks): the same sums as
+    ``_Segment.arrival``, to the bit, across segments of different rates."""
+    w = Wire()
+    t0 = 80.50780226385478
+    w.send(bytes(300), t0, 1_500_000)
+    w.send(bytes(50), t0 + 1.0, 3_000_000)
+    first, second = w._segments
+    exact = [first.arrival(i) for i in range(300)] + [second.arrival(i) for i in range(50)]
+    assert [w.arrival_of(k) for k in range(1, 351)] == exact
+    assert w.arrivals(350) == exact
+    w.receive(exact[122], 1_500_000)  # bytes 0..122 delivered
+    assert w.next_at == exact[123]
+    assert w.arrivals(5, skip=1) == exact[124:129]
+
+
 def _status_poll(bus: Spi3) -> int:
     """One polled status read (05), as the flashers do it: EEPROM mode, one byte in."""
     bus.write(0x08, 4, 0)

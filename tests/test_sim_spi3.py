@@ -266,12 +266,41 @@ def test_what_is_not_modelled_halts(setup, needle) -> None:  # type: ignore[no-u
 def test_frames_go_on_the_wire_most_significant_byte_first(fb: int) -> None:
     """``_wire_bytes`` (the frames of a DMA transfer or an enhanced one) against one
     ``int.to_bytes`` per frame, for every frame size: the numpy cast it takes for 1, 2,
-    4 and 8 bytes and the byte slicing for the others give the same bytes."""
-    from kflashpy.sim.spi3 import _wire_bytes, _wire_frames
+    4 and 8 bytes and the byte slicing for the others give the same bytes; and back:
+    ``_frame_items`` (a DMA read's frames as the 32-bit items memory gets) for the
+    frame sizes SSI frames have (up to 32 bits)."""
+    from kflashpy.sim.spi3 import _frame_items, _wire_bytes
 
     frames = [0xF1E2_D3C4_B5A6_9788 ^ i * 0x0101_0101 for i in range(5)]
     want = b"".join((f & ((1 << 8 * fb) - 1)).to_bytes(fb, "big") for f in frames)
     assert _wire_bytes(frames, fb) == want
     assert _wire_bytes(np.array(frames, dtype=np.uint64), fb) == want
     assert _wire_bytes([], fb) == b""
-    assert [int(f) for f in _wire_frames(want, fb)] == [f & ((1 << 8 * fb) - 1) for f in frames]
+    if fb <= 4:  # received frames become the DMA's 32-bit items in memory
+        items = b"".join((f & ((1 << 8 * fb) - 1)).to_bytes(4, "little") for f in frames)
+        assert _frame_items(want, fb) == items
+
+
+@pytest.mark.parametrize("header", [(), (8 * CLK,), (8 * CLK, 24 * CLK)])
+def test_wire_counts_agree_with_the_entry_times(header: tuple[float, ...]) -> None:
+    """``_Wire.count`` (inlined entry times past the header, a quotient to start from)
+    against counting ``begins``/``done`` one entry at a time, at every entry's own
+    time, a hair either side of it, and between entries: the DMA's FIFO levels and
+    the items it moves come from these counts."""
+    from kflashpy.sim.spi3 import _Wire
+
+    wire = _Wire(0.1 + 3e-7, header, 8 * CLK, 32 * CLK / 4)
+
+    def slow(now: float, at) -> int:  # type: ignore[no-untyped-def]
+        n = 0
+        while at(n) <= now:
+            n += 1
+        return n
+
+    times = [wire.start - CLK, wire.start]
+    for j in range(70):
+        for t in (wire.begins(j), wire.done(j)):
+            times += [t, math.nextafter(t, -math.inf), math.nextafter(t, math.inf), t + CLK / 3]
+    for now in times:
+        assert wire.count(now, False) == slow(now, wire.begins)
+        assert wire.count(now, True) == slow(now, wire.done)

@@ -809,7 +809,7 @@ class Core:
                 value = val.value
                 # iterations, this one included, until the register reaches 0
                 left = (-value if step > 0 else value) & _MASK64
-                skip = min(left - 1, room)
+                skip = left - 1 if left - 1 < room else room  # no min(): see _next_event
                 if skip < 1:
                     return
                 val.value = (value + skip * step) & _MASK64
@@ -841,14 +841,19 @@ class Core:
 
     def _next_event(self, t_end: float, mie: int) -> float:
         """When the next slice must end: the RX FIFO would fill, mtimecmp is due
-        (``mie`` as the guest has it now), or a DMA block completes."""
+        (``mie`` as the guest has it now), or a DMA block completes. Once per slice:
+        comparisons, not ``min``/``max`` calls (docs/simulator.md, "Cheaper device
+        accesses")."""
         t = t_end
         uart = self.rx_uart
         if uart is not None:
             wire = self.board.to_board
             pending = wire.pending()
             if pending:
-                arrival = wire.arrival_of(min(max(1, uart.room()), pending))
+                room = uart.room()
+                if room < 1:
+                    room = 1
+                arrival = wire.arrival_of(room if room < pending else pending)
                 if arrival is not None and arrival < t:
                     t = arrival
         if mie & MIE_MTIE:
@@ -858,7 +863,8 @@ class Core:
         if self.dmac.armed:  # a DMA block completes (its done interrupt may rise)
             due = self.dmac.due()
             if due < t:  # due already (not yet delivered): nothing to skip past
-                t = max(due, self.board.now)
+                now = self.board.now
+                t = due if due > now else now
         return t
 
     def run(self, t_end: float) -> None:
@@ -904,7 +910,9 @@ class Core:
         while board.now < t_end and board.core is self and not self._interrupted:
             if self._asleep:  # in wfi: nothing runs until an interrupt is pending
                 wake = self._wfi_wake(t_end)
-                board.now = max(board.now, t_end if wake is None else wake)
+                target = t_end if wake is None else wake
+                if target > board.now:
+                    board.now = target
                 if wake is None:
                     continue
                 self._asleep = False
@@ -924,7 +932,12 @@ class Core:
             long = self._polled and not regs[0] & MSTATUS_MIE and not self.dmac.armed
             self._long_slice = long
             cap = POLLED_SLICE_S if long else MAX_SLICE_S
-            count = max(MIN_SLICE, int(min(t_stop - board.now, cap) * self.cpu_hz))
+            span = t_stop - board.now  # comparisons, not min()/max(): see _next_event
+            if span > cap:
+                span = cap
+            count = int(span * self.cpu_hz)
+            if count < MIN_SLICE:
+                count = MIN_SLICE
             self._stall = 0.0
             self._budget, self._accounted = count, 0
             self._skip = None
@@ -1001,17 +1014,21 @@ class Core:
         mie = self._rr(rv.UC_RISCV_REG_MIE)
         if self._pending_cause(mie):
             return now
-        wake = math.inf
+        wake = math.inf  # the earliest, by comparisons (see _next_event)
         if mie & MIE_MTIE:
-            wake = min(wake, self._mtimecmp_time())
+            wake = self._mtimecmp_time()
         uart = self.rx_uart
         if mie & MIE_MEIE and uart is not None and self.plic.passes(k210.UART_IRQ[uart.name]):
             at = uart.irq_at(self.board.to_board)
-            if at is not None:
-                wake = min(wake, at)
+            if at is not None and at < wake:
+                wake = at
         if mie & MIE_MEIE and self.dmac.armed:
-            wake = min(wake, self.dmac.due(self.plic.passes))
-        return max(now, wake) if wake < t_end else None
+            at = self.dmac.due(self.plic.passes)
+            if at < wake:
+                wake = at
+        if wake >= t_end:
+            return None
+        return wake if wake > now else now
 
     def _mtimecmp_time(self) -> float:
         """The first virtual time at which ``mtime`` reads ``mtimecmp`` or more."""

@@ -257,7 +257,7 @@ class ShaEngine(RegisterFile):
             if count <= 0:
                 return
             at = self._flow_t + (ch.moved + count - self._flow_n) * word
-        raw = struct.pack(f"<{count}I", *ch.take(count, at))  # may complete: disarms
+        raw = ch.take_raw(count, at)  # 32-bit words (dma_arm); may complete: disarms
         if (self.dma_fault == "swap") == self._endian_mem():  # each word's bytes reversed
             raw = struct.pack(f">{count}I", *struct.unpack(f"<{count}I", raw))
         self.dma_blocks += (len(self._msg) % 64 + len(raw)) // 64

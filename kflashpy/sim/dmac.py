@@ -51,7 +51,9 @@ The endpoint interface (what a peripheral implements to take part, registered wi
   None. While armed it moves items with ``channel.put(values, at)`` (peripheral ->
   memory: the values, oldest first, the last one complete at virtual time ``at``) or
   ``values = channel.take(count, at)`` (memory -> peripheral); both take at most
-  ``channel.remaining`` items and complete the block when it is full.
+  ``channel.remaining`` items and complete the block when it is full. ``put_raw`` and
+  ``take_raw`` do the same with the items as memory holds them (``width``
+  little-endian bytes each), for endpoints that deal in bytes.
 * ``dma_sync(now)``: move everything that has moved by virtual time ``now`` (the DMAC
   calls it before the guest sees DMAC state, the core at every slice boundary).
 * ``dma_due() -> float``: when the armed block completes if the guest does nothing
@@ -62,6 +64,7 @@ The endpoint interface (what a peripheral implements to take part, registered wi
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -85,6 +88,7 @@ TT_MEM2MEM, TT_MEM2PRF, TT_PRF2MEM = 0, 1, 2
 BLOCK_TS_MASK = (1 << 22) - 1
 SYSCTL_DMA_SEL0, SYSCTL_DMA_SEL1 = 0x64, 0x68
 _MASK64 = (1 << 64) - 1
+_ITEM = {1: "B", 2: "H", 4: "I", 8: "Q"}  # struct codes of the item widths
 
 
 class Endpoint(Protocol):
@@ -131,10 +135,12 @@ class Channel:
         return self.items - self.moved if self.enabled else 0
 
     def level(self) -> bool:
-        """The done interrupt's line to the PLIC."""
-        return bool(
-            self.regs[CH_INTSTATUS >> 3] & self.regs[CH_INTSIGNAL_EN >> 3]
-            and self.dmac.cfg & CFG_INT_EN
+        """The done interrupt's line to the PLIC (asked at every claim and wfi wake:
+        comparisons, no bool() call)."""
+        regs = self.regs
+        return (
+            regs[CH_INTSTATUS >> 3] & regs[CH_INTSIGNAL_EN >> 3] != 0
+            and self.dmac.cfg & CFG_INT_EN != 0
         )
 
     def raises_irq(self) -> bool:
@@ -147,8 +153,11 @@ class Channel:
         """Peripheral -> memory: store up to :attr:`remaining` of ``values`` (the last
         one received at ``at``); return how many were taken. Bytes are items whose upper
         bits are 0 (a UART's received bytes)."""
-        # :attr:`remaining` inlined: a UART's DMA puts a few bytes at every sync
-        count = min(len(values), self.items - self.moved if self.enabled else 0)
+        # :attr:`remaining` inlined and no min() call (docs/simulator.md, "Cheaper device
+        # accesses"): a UART's DMA puts a few bytes at every sync
+        count = self.items - self.moved if self.enabled else 0
+        if len(values) < count:
+            count = len(values)
         if count:
             width = self.width
             if isinstance(values, (bytes, bytearray)):  # the hot path: a few bytes
@@ -158,34 +167,53 @@ class Channel:
                 # each item's low ``width`` bytes (an unsigned cast keeps them)
                 items = np.asarray(values[:count], dtype=np.uint64)
                 raw = bytearray(items.astype(f"<u{width}").tobytes())
-            self._store(raw)
-            self.moved += count
-            if self.moved == self.items:
-                self._complete(at)
+            self._stored(raw, count, at)
         return count
 
-    def take(self, count: int, at: float) -> list[int]:
-        """Memory -> peripheral: the next ``count`` items (at most :attr:`remaining`),
-        the last one taken at ``at``."""
-        count = min(count, self.remaining)
-        if not count:
-            return []
-        raw = self._load(self.moved, count)
-        self.moved += count
-        if self.moved == self.items:
-            self._complete(at)
-        return np.frombuffer(raw, dtype=f"<u{self.width}").tolist()
+    def put_raw(self, raw: bytes, at: float) -> int:
+        """:meth:`put` of items already as memory holds them (``width`` little-endian
+        bytes each: an SPI3 read's frames, converted once per transaction instead of
+        once per burst); return how many items were taken."""
+        width = self.width
+        count = self.items - self.moved if self.enabled else 0  # no min(): see put
+        if len(raw) // width < count:
+            count = len(raw) // width
+        if count:
+            self._stored(raw[: count * width], count, at)
+        return count
 
-    # ------------------------------------------------------------- memory side
-    def _store(self, raw: bytes | bytearray) -> None:
-        """Write items (``width`` little-endian bytes each) at the next memory position."""
+    def _stored(self, raw: bytes | bytearray, count: int, at: float) -> None:
+        """Write ``count`` items (``width`` little-endian bytes each, in ``raw``) at the
+        next memory position, the last one arrived at ``at``."""
         sram, width = self.dmac.sram.data, self.width
         if self._mem_fixed:  # every item to the same cell: the last one stays
             sram[self._mem : self._mem + width] = raw[-width:]
         else:
             off = self._mem + self.moved * width
             sram[off : off + len(raw)] = raw
+        self.moved += count
+        if self.moved == self.items:
+            self._complete(at)
 
+    def take(self, count: int, at: float) -> list[int]:
+        """Memory -> peripheral: the next ``count`` items (at most :attr:`remaining`),
+        the last one taken at ``at``."""
+        raw = self.take_raw(count, at)
+        return list(struct.unpack(f"<{len(raw) // self.width}{_ITEM[self.width]}", raw))
+
+    def take_raw(self, count: int, at: float) -> bytes:
+        """:meth:`take` as memory holds the items (``width`` little-endian bytes each)."""
+        if count > self.remaining:  # no min(): see put
+            count = self.remaining
+        if not count:
+            return b""
+        raw = self._load(self.moved, count)
+        self.moved += count
+        if self.moved == self.items:
+            self._complete(at)
+        return raw
+
+    # ------------------------------------------------------------- memory side
     def _load(self, first: int, count: int) -> bytes:
         """Items ``first .. first + count`` of the memory side, as raw bytes."""
         sram, width = self.dmac.sram.data, self.width
@@ -196,27 +224,32 @@ class Channel:
 
     # ------------------------------------------------------------- life cycle
     def start(self, now: float) -> None:
-        """CH_EN rose: check the programmed block and start it (or halt the board)."""
-        ctl, cfg = self.reg(CTL), self.reg(CH_CFG)
-        halt = self.dmac.refuse
-        name = f"DMAC channel {self.n}"
-        if not self.dmac.cfg & CFG_DMAC_EN:
-            return halt(f"{name} enabled while CFG.DMAC_EN is 0 (CFG=0x{self.dmac.cfg:x})")
+        """CH_EN rose: check the programmed block and start it (or halt the board).
+
+        Runs once per block (kflashpy's flasher arms one or two per flash page): the
+        registers are read from the list directly, and a refusal's message is built
+        only when the board halts (:meth:`_halt`)."""
+        regs, dmac = self.regs, self.dmac
+        ctl, cfg = regs[CTL >> 3], regs[CH_CFG >> 3]
+        halt = self._halt
+        if not dmac.cfg & CFG_DMAC_EN:
+            return halt(f" enabled while CFG.DMAC_EN is 0 (CFG=0x{dmac.cfg:x})")
         if cfg & 0xF:
-            return halt(f"{name}: CFG=0x{cfg:016x} asks for multi-block transfers (not modelled)")
-        if ctl >> 63 & 1 or self.reg(LLP):
-            return halt(f"{name}: CTL=0x{ctl:016x} LLP=0x{self.reg(LLP):x}: linked lists")
+            return halt(f": CFG=0x{cfg:016x} asks for multi-block transfers (not modelled)")
+        llp = regs[LLP >> 3]
+        if ctl >> 63 & 1 or llp:
+            return halt(f": CTL=0x{ctl:016x} LLP=0x{llp:x}: linked lists")
         src_w, dst_w = ctl >> 8 & 7, ctl >> 11 & 7
         if src_w != dst_w or src_w > 3:
             return halt(
-                f"{name}: CTL=0x{ctl:016x}: SRC_TR_WIDTH {src_w} / DST_TR_WIDTH {dst_w}"
+                f": CTL=0x{ctl:016x}: SRC_TR_WIDTH {src_w} / DST_TR_WIDTH {dst_w}"
                 " (only equal widths up to 64 bits are modelled)"
             )
         self.width = 1 << src_w
-        self.items = (self.reg(BLOCK_TS) & BLOCK_TS_MASK) + 1
+        self.items = (regs[BLOCK_TS >> 3] & BLOCK_TS_MASK) + 1
         self.moved = 0
         tt = cfg >> 32 & 7
-        sar, dar = self.reg(SAR) & 0xFFFF_FFFF, self.reg(DAR) & 0xFFFF_FFFF
+        sar, dar = regs[SAR >> 3] & 0xFFFF_FFFF, regs[DAR >> 3] & 0xFFFF_FFFF
         sinc_fixed, dinc_fixed = bool(ctl >> 4 & 1), bool(ctl >> 6 & 1)
         if tt == TT_MEM2MEM:
             src = self._memory(sar, sinc_fixed, "SAR")
@@ -227,51 +260,51 @@ class Channel:
             raw = self._load(0, self.items)
             self._mem, self._mem_fixed = dst, dinc_fixed
             self.enabled = True
-            self._store(raw)
-            self.moved = self.items
-            self._complete(now)
+            self._stored(raw, self.items, now)
             return None
         if tt not in (TT_MEM2PRF, TT_PRF2MEM):
-            return halt(f"{name}: CFG=0x{cfg:016x}: TT_FC {tt} (not modelled)")
-        self.to_memory = tt == TT_PRF2MEM
-        hs_sw = cfg >> (35 if self.to_memory else 36) & 1
+            return halt(f": CFG=0x{cfg:016x}: TT_FC {tt} (not modelled)")
+        to_memory = self.to_memory = tt == TT_PRF2MEM
+        hs_sw = cfg >> (35 if to_memory else 36) & 1
         if hs_sw:
-            return halt(f"{name}: CFG=0x{cfg:016x}: software handshake (not modelled)")
-        iface = cfg >> (39 if self.to_memory else 44) & 0xF
-        field = "SRC_PER" if self.to_memory else "DST_PER"
+            return halt(f": CFG=0x{cfg:016x}: software handshake (not modelled)")
+        iface = cfg >> (39 if to_memory else 44) & 0xF
+        field = "SRC_PER" if to_memory else "DST_PER"
         if iface >= CHANNELS:
-            return halt(f"{name}: CFG=0x{cfg:016x}: {field} {iface} has no SYSCTL dma_sel")
-        request = self.dmac.request_of(iface)
-        endpoint = self.dmac.endpoints.get(request)
+            return halt(f": CFG=0x{cfg:016x}: {field} {iface} has no SYSCTL dma_sel")
+        request = dmac.request_of(iface)
+        endpoint = dmac.endpoints.get(request)
         if endpoint is None:
             return halt(
-                f"{name}: {field} {iface} is routed to request {request} by SYSCTL dma_sel,"
+                f": {field} {iface} is routed to request {request} by SYSCTL dma_sel,"
                 " which no modelled peripheral serves"
             )
-        mem, fixed, reg_name = (
-            (dar, dinc_fixed, "DAR") if self.to_memory else (sar, sinc_fixed, "SAR")
-        )
+        mem, fixed, reg_name = (dar, dinc_fixed, "DAR") if to_memory else (sar, sinc_fixed, "SAR")
         off = self._memory(mem, fixed, reg_name)
         if off is None:
             return None
         self._mem, self._mem_fixed = off, fixed
-        self.prf_address = sar if self.to_memory else dar
-        self.prf_fixed = sinc_fixed if self.to_memory else dinc_fixed
+        self.prf_address = sar if to_memory else dar
+        self.prf_fixed = sinc_fixed if to_memory else dinc_fixed
         # armed before the endpoint is asked: it may move items (and complete) at once
         self.endpoint = endpoint
         self.enabled = True
-        self.dmac.armed.append(self)
+        dmac.armed.append(self)
         refused = endpoint.dma_arm(self)
         if refused:
             self.enabled = False
             self.endpoint = None
-            self.dmac.armed.remove(self)
-            return halt(f"{name} (request {request}): {refused}")
+            dmac.armed.remove(self)
+            return halt(f" (request {request}): {refused}")
         if self.enabled:
             # whether the block's end is known (an SPI3 block learns it only when the
             # guest selects the chip): see Dmac.end_slice
-            self.dmac.end_slice(math.isfinite(endpoint.dma_due()))
+            dmac.end_slice(endpoint.dma_due() != math.inf)
         return None
+
+    def _halt(self, what: str) -> None:
+        """Halt the board: "DMAC channel n" followed by ``what``."""
+        self.dmac.refuse(f"DMAC channel {self.n}{what}")
 
     def _memory(self, address: int, fixed: bool, reg_name: str) -> int | None:
         """The SRAM offset of the block's memory side, or None (the board halts)."""
@@ -370,7 +403,9 @@ class Dmac:
             if ch.endpoint is None:
                 continue
             if passes is None or (ch.raises_irq() and passes(ch.irq)):
-                t = min(t, ch.endpoint.dma_due())
+                due = ch.endpoint.dma_due()
+                if due < t:
+                    t = due
         return t
 
     # ------------------------------------------------------------- registers
@@ -400,8 +435,8 @@ class Dmac:
             if n >= CHANNELS:
                 return
             ch = self.channels[n]
-            base = offset & 0xF8
-            ch.write(base, merge(ch.read(base), offset, size, value, 8)[1])
+            base = offset & 0xF8  # ch.read(base) inlined: SAR/DAR/INTCLEAR once per block
+            ch.write(base, merge(ch.regs[base >> 3], offset, size, value, 8)[1])
             return
         if self.armed:
             self.sync(self.now())

@@ -32,6 +32,7 @@ transfers are charged.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,19 +74,26 @@ class NoDevice:
 
 def _wire_bytes(frames: Sequence[int], fb: int) -> bytes:
     """Frames of ``fb`` bytes as they go on the wire (most significant byte first)."""
+    if fb == 4:  # SSI words (every burn): DR writes and DMA items are 32-bit values
+        try:
+            return struct.pack(f">{len(frames)}I", *frames)
+        except struct.error:  # a value wider than its frame: the cast below truncates it
+            pass
     wide = np.asarray(frames, dtype=np.uint64)
     if fb in (1, 2, 4, 8):  # a frame per SPI word (every burn): an unsigned cast keeps them
         return wide.astype(f">u{fb}").tobytes()
     return wide.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - fb :].tobytes()
 
 
-def _wire_frames(data: bytes, fb: int) -> np.ndarray:
-    """The inverse of :func:`_wire_bytes`: received bytes as frames of ``fb`` bytes."""
-    if fb in (1, 2, 4):
-        return np.frombuffer(data, dtype=f">u{fb}")
-    raw = np.zeros((len(data) // fb, 8), dtype=np.uint8)
-    raw[:, 8 - fb :] = np.frombuffer(data, dtype=np.uint8).reshape(-1, fb)
-    return raw.view(">u8").reshape(-1).astype(np.uint64)
+def _frame_items(data: bytes, fb: int) -> bytes:
+    """Received bytes (frames of ``fb`` <= 4 bytes, most significant byte first) as the
+    DMA's 32-bit items in memory: each frame's value, little-endian, upper bytes 0.
+    Strided copies, one per frame byte: no per-frame Python work."""
+    n = len(data) // fb
+    out = bytearray(4 * n)
+    for k in range(fb):
+        out[k::4] = data[fb - 1 - k : n * fb : fb]
+    return bytes(out)
 
 
 class _Wire:
@@ -117,17 +125,26 @@ class _Wire:
             return self.ends[j]
         return self.body + (j - self.h + 1) * self.frame
 
-    def count(self, now: float, at: Callable[[int], float]) -> int:
-        """How many entries have ``at(j) <= now`` (``at`` is begins or done)."""
+    def count(self, now: float, done: bool) -> int:
+        """How many entries have begun shifting (``done``: been shifted completely) by
+        ``now``. Past the header, :meth:`begins` and :meth:`done` are inlined (entry
+        ``j`` at ``body + (j - h + done) * frame``, the same sums): every status poll
+        of a DMA transaction asks this once or twice."""
+        h = self.h
         n = 0
-        while n < self.h and at(n) <= now:
-            n += 1
-        if n < self.h:
-            return n
-        n = max(self.h, self.h + int((now - self.body) / self.frame))
-        while n > self.h and at(n - 1) > now:
+        if h:
+            at = self.done if done else self.begins
+            while n < h and at(n) <= now:
+                n += 1
+            if n < h:
+                return n
+        body, frame, k = self.body, self.frame, h - done  # entry j at body + (j - k) * frame
+        n = h + int((now - body) / frame)
+        if n < h:  # comparisons, not max() (docs/simulator.md, "Cheaper device accesses")
+            n = h
+        while n > h and body + (n - 1 - k) * frame > now:
             n -= 1
-        while at(n) <= now:
+        while body + (n - k) * frame <= now:
             n += 1
         return n
 
@@ -149,19 +166,22 @@ class _Dma:
         self.t0: float | None = None  # transmit: when the DMA began to fill the FIFO
         self.queued = 0  # transmit: entries the CPU had queued before that
         self.first = 0  # receive: the entry number of the first received frame
-        self.values: np.ndarray | None = None  # receive: every frame, computed at selection
+        self.items_raw: bytes | None = None  # receive: every frame as memory gets it
         self.wire: _Wire | None = None
         self.end = math.inf  # when the last frame is on the wire
 
-    def entered(self, now: float) -> int:
-        """Transmit: items in the FIFO by ``now`` (a burst enters once TXFLR <= DMATDLR)."""
+    def entered(self, now: float, begun: int | None = None) -> int:
+        """Transmit: items in the FIFO by ``now`` (a burst enters once TXFLR <= DMATDLR);
+        ``begun``: the wire's entries begun by ``now``, if the caller has counted them."""
         if self.t0 is None or now < self.t0:
             return 0
-        begun = self.wire.count(now, self.wire.begins) if self.wire else 0
+        if begun is None:
+            begun = self.wire.count(now, False) if self.wire else 0
         room = begun + self.level - self.queued
         if room < 0:
             return 0
-        return min(self.items, (room // self.burst + 1) * self.burst)
+        n = (room // self.burst + 1) * self.burst
+        return n if n < self.items else self.items  # no min(): see _Wire.count
 
     def burst_at(self, b: int) -> float:
         """Transmit: when burst ``b`` enters the FIFO (inf: not before the slave is selected)."""
@@ -175,7 +195,10 @@ class _Dma:
         """Receive: frames in the FIFO or already moved by ``now``."""
         if self.wire is None:
             return 0
-        return max(0, min(self.items, self.wire.count(now, self.wire.done) - self.first))
+        n = self.wire.count(now, True) - self.first  # no min()/max(): see _Wire.count
+        if n > self.items:
+            return self.items
+        return n if n > 0 else 0
 
     def due(self) -> float:
         """When the block completes if nothing else happens."""
@@ -290,7 +313,8 @@ class Spi3:
             return self._dma_status(offset, self._live)
         if offset == RXFLR:
             self._fill()
-            return min(FIFO_DEPTH, len(self.rxq) // self._fb)
+            n = len(self.rxq) // self._fb  # no min(): see _Wire.count
+            return n if n < FIFO_DEPTH else FIFO_DEPTH
         if offset == SR:
             self._fill()
             return 0x06 | (0x08 if self.rxq else 0)
@@ -322,12 +346,18 @@ class Spi3:
             return
         self.regs[offset : offset + size] = new
         if offset == SSIENR:
+            # every transaction enables and disables the SSI around SER (twice per
+            # flash page and more): the calls that would do nothing are not made
             if value & 1:
-                self._tx_ready()
-                self._maybe_select()
+                if self._dtx is not None:
+                    self._tx_ready()
+                if self.regs[SER] & 1:
+                    self._maybe_select()
             else:
-                self._deselect()
-                self._drop_dma()
+                if self.selected:
+                    self._deselect()
+                if self._dtx is not None or self._drx is not None:
+                    self._drop_dma()
                 self.txq.clear()
                 self.rxq.clear()
                 self.rx_left = 0
@@ -389,7 +419,9 @@ class Spi3:
         if self.enh:
             self.rxq += self._enhanced(rx_frames=self.rx_left)
             return
-        n = min(self.rx_left, FIFO_DEPTH - len(self.rxq) // fb)
+        n = FIFO_DEPTH - len(self.rxq) // fb  # no min(): see _Wire.count
+        if self.rx_left < n:
+            n = self.rx_left
         self.rx_left -= n
         start = self._now()
         self._charge(n * fb)
@@ -577,7 +609,7 @@ class Spi3:
             self._shift(cmd, now)
             d.first = len(cmd)
             rx = self.flash.exchange(bytes(n * self._fb), now)
-        d.values = _wire_frames(rx, self._fb)
+        d.items_raw = _frame_items(rx, self._fb)
         d.end = d.wire.done(d.first + n - 1)
 
     def _shift(self, frames: Sequence[int], at: float) -> None:
@@ -602,13 +634,13 @@ class Spi3:
                 else:
                     self.txq += values
         d = self._drx
-        if d is not None and d.ch is not None and d.values is not None:
+        if d is not None and d.ch is not None and d.items_raw is not None:
             got = d.arrived(now)
             got -= got % d.burst  # a burst leaves the FIFO once complete
             if got > d.moved and d.wire is not None:
-                frames = d.values[d.moved : got]
+                items = d.items_raw[4 * d.moved : 4 * got]  # 32-bit items (_dma_arm)
                 d.moved = got
-                d.ch.put(frames, d.wire.done(d.first + got - 1))  # the last completes it
+                d.ch.put_raw(items, d.wire.done(d.first + got - 1))  # the last completes it
 
     def _dma_status(self, offset: int, d: _Dma) -> int:
         """TXFLR, RXFLR or SR while a DMA transaction runs, from its wire times. Tight
@@ -619,8 +651,10 @@ class Spi3:
         if d.rx:
             level = d.arrived(now) % d.burst
         else:
-            begun = d.wire.count(now, d.wire.begins)
-            level = max(0, d.queued + d.entered(now) - begun)
+            begun = d.wire.count(now, False)
+            level = d.queued + d.entered(now, begun) - begun
+            if level < 0:
+                level = 0
         if offset == TXFLR:
             return 0 if d.rx else level
         if offset == RXFLR:

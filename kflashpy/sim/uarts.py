@@ -54,7 +54,8 @@ class _Uart:
     def room(self) -> int:
         """Bytes that can still arrive before one is lost: the FIFO's free entries, plus
         what an armed DMA channel still takes first."""
-        return self.fifo_depth - len(self.rx) + (self.dma.remaining if self.dma else 0)
+        dma = self.dma  # armed (enabled) while set: Channel.remaining inlined, every slice asks
+        return self.fifo_depth - len(self.rx) + (dma.items - dma.moved if dma else 0)
 
     def baud(self) -> float:
         raise NotImplementedError
@@ -177,7 +178,8 @@ class DwUart(_Uart):
 
     def receive(self, data: bytes, at: float = 0.0) -> None:
         super().receive(data, at)
-        self.rx_activity = max(self.rx_activity, at)
+        if at > self.rx_activity:  # no max() call: see UartRxDma.dma_sync
+            self.rx_activity = at
 
     def baud(self) -> float:
         divisor = 4096 * self.dlh + 16 * self.dll + self.dlf
@@ -346,9 +348,14 @@ class UartRxDma:
         channel, wire, uart = self.channel, self.wire, self.uart
         if channel is None or wire.next_at > now or not self.linked():
             return
-        for at, chunk in wire.receive(now, uart.baud(), channel.remaining):
-            taken = channel.put(chunk, max(at, self.armed_at))
-            uart.rx_activity = max(uart.rx_activity, at)
+        # the DMAC syncs at every slice start and stall, and at 3 Mbaud a byte or more
+        # has come almost every time: Channel.remaining inlined (armed: enabled), and
+        # comparisons, not max() calls (docs/simulator.md, "Cheaper device accesses")
+        armed_at = self.armed_at
+        for at, chunk in wire.receive(now, uart.baud(), channel.items - channel.moved):
+            taken = channel.put(chunk, at if at > armed_at else armed_at)
+            if at > uart.rx_activity:
+                uart.rx_activity = at
             if taken < len(chunk):  # a garbled chunk can decode to more bytes than sent
                 uart.receive(chunk[taken:], at)
 
@@ -356,8 +363,10 @@ class UartRxDma:
         channel = self.channel
         if channel is None or not self.linked():
             return math.inf
-        at = self.wire.arrival_of(channel.remaining)
-        return math.inf if at is None else max(at, self.armed_at)
+        at = self.wire.arrival_of(channel.items - channel.moved)  # as in dma_sync
+        if at is None:
+            return math.inf
+        return at if at > self.armed_at else self.armed_at
 
     def dma_disarm(self, channel: Channel) -> None:
         self.channel = None

@@ -64,10 +64,12 @@ class Wire:
 
     def send(self, data: bytes, now: float, baud: float) -> float:
         """Queue ``data`` to go out at ``baud`` once the line is free; return the end time."""
+        # no max() call (docs/simulator.md, "Cheaper device accesses"): once per byte
+        # the flasher or a stub writes to its UART
+        t0 = now if now >= self._free_at else self._free_at
         if not data:
-            return max(now, self._free_at)
+            return t0
         dt = BITS_PER_BYTE / baud
-        t0 = max(now, self._free_at)
         self._segments.append(_Segment(t0, dt, float(baud), bytes(data)))
         self._free_at = t0 + dt * len(data)
         self.bytes_sent += len(data)
@@ -91,8 +93,8 @@ class Wire:
         """Arrival time of the ``count``-th undelivered byte (1-based), None if not queued."""
         for seg in self._segments:
             left = len(seg.data) - seg.pos
-            if count <= left:
-                return seg.arrival(seg.pos + count - 1)
+            if count <= left:  # seg.arrival(seg.pos + count - 1) inlined: every slice asks
+                return seg.t0 + (seg.pos + count) * seg.dt
             count -= left
         return None
 
@@ -103,7 +105,11 @@ class Wire:
         for seg in self._segments:
             start = seg.pos + skip
             skip = max(0, start - len(seg.data))
-            out += map(seg.arrival, range(start, min(len(seg.data), start + count - len(out))))
+            t0, dt = seg.t0, seg.dt  # _Segment.arrival inlined: a wfi wake asks this
+            out += [
+                t0 + (i + 1) * dt
+                for i in range(start, min(len(seg.data), start + count - len(out)))
+            ]
             if len(out) >= count:
                 break
         return out
@@ -164,8 +170,13 @@ class Wire:
             # at least byte ``pos``, which the test above saw arrive: at 60 s and 1.5 Mbaud
             # one ulp of ``until`` is 2e-9 byte times, so the quotient can fall short of
             # ``pos + 1`` where the sum did not, and the loop would never end
-            n_arrived = max(pos + 1, min(len(data), int((until - t0) / dt + 1e-9)))
-            end = n_arrived if budget < 0 else min(n_arrived, pos + budget)
+            end = int((until - t0) / dt + 1e-9)  # arrived: at least pos + 1, at most all
+            if end > len(data):
+                end = len(data)
+            if end <= pos:
+                end = pos + 1
+            if 0 < budget < end - pos:
+                end = pos + budget
             chunk = data[pos:end]
             t_last = t0 + end * dt
             self._pending -= end - pos
@@ -180,7 +191,12 @@ class Wire:
                 self.bytes_garbled += len(chunk)
             if chunk:
                 out.append((t_last, chunk))
-        self._update_next()
+        # _update_next inlined (an armed UART DMA channel receives at every sync)
+        if segments:
+            seg = segments[0]
+            self.next_at = seg.t0 + (seg.pos + 1) * seg.dt
+        else:
+            self.next_at = math.inf
         return out
 
     def _garble(self, chunk: bytes, ratio: float) -> bytes:
