@@ -176,6 +176,43 @@ def test_plan_collision_fix_and_parallel_burn(browser, station, artefacts, tmp_p
     no_script_errors(browser)
 
 
+def test_a_stale_plan_check_does_not_overwrite_a_newer_one(browser, station, tmp_path) -> None:
+    # two checks in flight, the older one answered last (as under load, when a pause in
+    # typing starts a check while the previous one is still on its way): the verdict
+    # must be the newer address's, not the stale one's
+    app = tmp_path / "app.bin"
+    app.write_bytes(os.urandom(16 * 1024))
+    open_page(browser, station)
+    tab(browser, "plan")
+    browser.find_element(By.ID, "plan-files").send_keys(str(app))
+    wait(browser, lambda d: d.find_element(By.ID, "verdict").text == "layout ok",
+         what="first verdict")  # fmt: skip
+    browser.execute_script(
+        """
+        const realFetch = window.fetch;
+        let held = false;
+        window.fetch = (url, opts) => {
+          const answer = realFetch(url, opts);
+          if (url === "/api/plan" && !held) {  // the first check's answer comes 1.5 s late
+            held = true;
+            return answer.then((r) => new Promise((ok) => setTimeout(() => ok(r), 1500)));
+          }
+          return answer;
+        };
+        state.plan[0].address = "0x7FFFF000";  // past the flash's end: an error
+        checkPlan();
+        state.plan[0].address = "0x310000";
+        window.newerDone = checkPlan().then(() => true);
+        """
+    )
+    # the newer check's answer, then time for the stale one to land
+    browser.execute_script(
+        "return window.newerDone.then(() => new Promise((ok) => setTimeout(ok, 2500)))"
+    )
+    assert browser.find_element(By.ID, "verdict").text == "layout ok"
+    no_script_errors(browser)
+
+
 def test_yolo_on_the_dog_shows_three_boxes(browser, station, artefacts) -> None:
     open_page(browser, station)
     tab(browser, "models")

@@ -181,7 +181,14 @@ function scheduleCheck() {
   checkTimer = setTimeout(guarded(checkPlan), 250);
 }
 
+// Checks can overlap (a pause in typing longer than the debounce starts one while the
+// last is still on its way) and their answers can come back in any order: only the
+// newest check may draw, or a stale answer would show the verdict of an address the
+// user has already changed.
+let checkSeq = 0;
+
 async function checkPlan() {
+  const seq = ++checkSeq;
   if (!state.plan.length) {
     $("#findings").replaceChildren();
     $("#map").replaceChildren();
@@ -192,10 +199,12 @@ async function checkPlan() {
   try {
     r = await api("/api/plan", { method: "POST", body: planSpec() });
   } catch (e) {
+    if (seq !== checkSeq) return;
     $("#verdict").textContent = e.message;
     $("#verdict").className = "bad";
     return;
   }
+  if (seq !== checkSeq) return;  // a newer check has started: its answer draws
   const p = r.plan;
   const errors = p.findings.filter((f) => f.severity === "error").length;
   const warnings = p.findings.filter((f) => f.severity === "warning").length;
