@@ -91,8 +91,8 @@ FRAME = 65536
 # a 1 KiB frame gets through one time in three, a 256-byte one three times in four
 MIN_FRAME = 256
 BOOT_CHUNK = 32768  # the bootstrap's LOAD buffer (stub/boot.c LOAD_MAX): the flasher at once
-#: the bootstrap's clock: mtime counts CPU / 50 (stub/hw.h, CPU_HZ 390 MHz)
-BOOT_MTIME_HZ = 390_000_000 // 50
+#: the bootstrap's mtime rate, in which a LOAD's wait is given
+BOOT_MTIME_HZ = k210.CPU_HZ // k210.MTIME_DIVIDER
 READ_CHUNK = 4096
 MIN_READ_CHUNK = 256
 READ_WINDOW = 8
@@ -484,6 +484,19 @@ class KfpyStage2(Stage2):
     def _barrier(self) -> None:
         self.link.barrier(FlashOp.NOP, COMMAND_TIMEOUT * self.slowness)
 
+    def _resend(self) -> None:
+        """A try failed: count it and let whatever is still on its way pass before the
+        request goes again."""
+        self.link.stats.retries += 1
+        self._barrier()
+
+    def _gave_up(self, what: str, failures: list[str]) -> NoResponseError:
+        """The error once every try of ``what`` failed, with what each one saw."""
+        return NoResponseError(
+            f"{what}: failed {len(failures)} times ({', '.join(failures[-3:])})",
+            _seen(failures, self.link.diagnose()),
+        )
+
     def _observe(self, took: float, timeout: float) -> None:
         """A flasher reply came ``took`` seconds after its request, whose unstretched
         timeout was ``timeout``: if that used more than half of it, stretch every timeout
@@ -524,12 +537,8 @@ class KfpyStage2(Stage2):
                         "check the address and size against the flash size (kflashpy flash-id)",
                     )
                 failures.append("request damaged on the wire")
-            self.link.stats.retries += 1
-            self._barrier()
-        raise NoResponseError(
-            f"{what}: failed {len(failures)} times ({', '.join(failures[-3:])})",
-            _seen(failures, self.link.diagnose()),
-        )
+            self._resend()
+        raise self._gave_up(what, failures)
 
     def _legacy(self, op: int, address: int = 0, data: bytes = b"", data_len=None, what=""):
         return self.link.request(
@@ -647,12 +656,8 @@ class KfpyStage2(Stage2):
                     )
                 damaged = "payload" if payload else "request"
                 failures.append(f"{damaged} damaged on the wire")
-            self.link.stats.retries += 1
-            self._barrier()
-        raise NoResponseError(
-            f"{what}: failed {len(failures)} times ({', '.join(failures[-3:])})",
-            _seen(failures, self.link.diagnose()),
-        )
+            self._resend()
+        raise self._gave_up(what, failures)
 
     def flash_init(self) -> None:
         self._ensure_flasher()
@@ -765,8 +770,7 @@ class KfpyStage2(Stage2):
         except (NoResponseError, _BadReply):
             # the usual pieces; acknowledgements of the frames ahead that arrive meanwhile
             # are kept for write()
-            self.link.stats.retries += 1
-            self._barrier()
+            self._resend()
             return first + self.hash_list(address + head, size - head)
         sectors = {address + head + SECTOR * i: p[8 + 32 * i : 40 + 32 * i] for i in range(k)}
         out = first + [

@@ -90,19 +90,15 @@ class Link:
         bootstrap's LOAD)."""
         if self.trace:
             self.trace("tx", packet)
-        self.send_raw(slip.encode(packet) + tail)
-        self.stats.frames_out += 1
-
-    def send_raw(self, data: bytes) -> None:
-        """Write bytes as they are, unframed (and untraced: the trace shows frames)."""
         try:
-            self.port.write(data)
+            self.port.write(slip.encode(packet) + tail)
             self.port.flush()
         except (serial.SerialException, OSError) as e:
             raise PortError(
                 f"cannot write to {self.port.port}: {e}",
                 "the board was unplugged or the port was taken by another program",
             ) from e
+        self.stats.frames_out += 1
 
     def send(
         self,

@@ -70,6 +70,7 @@ INSN_MRET, INSN_WFI = 0x3020_0073, 0x1050_0073
 _WFI_BYTES = INSN_WFI.to_bytes(4, "little")
 CSRR_MIP_MASK, CSRR_MIP = 0xFFFF_F07F, 0x3440_2073  # csrrs rd, mip, x0
 MIN_SLICE = 200
+MTIME_DIVIDER = k210.MTIME_DIVIDER  # a module global: _mtime runs on every mtime read
 # Longest slice, in virtual seconds: interrupts are taken and bytes that nobody reads are
 # delivered between slices. Inside a slice, time is exact where unicorn's instruction
 # counter can be read (see icount.py); otherwise a slice a device or the idle detector
@@ -625,7 +626,7 @@ class Core:
         return pull
 
     def _mtime(self) -> int:
-        return self._mtime_base + int((self._time() - self._mtime_t0) * self.cpu_hz / 50)
+        return self._mtime_base + int((self._time() - self._mtime_t0) * self.cpu_hz / MTIME_DIVIDER)
 
     def _add_stall(self, seconds: float) -> None:
         self._stall += seconds
@@ -1036,8 +1037,8 @@ class Core:
         if cmp == _NEVER or not self.cpu_hz:
             return math.inf
         hz, base, t0 = self.cpu_hz, self._mtime_base, self._mtime_t0
-        due = t0 + (cmp - base) * 50 / hz
-        while base + int((due - t0) * hz / 50) < cmp:  # float rounding: a few ulps on
+        due = t0 + (cmp - base) * MTIME_DIVIDER / hz
+        while base + int((due - t0) * hz / MTIME_DIVIDER) < cmp:  # float rounding: a few ulps on
             due = math.nextafter(due, math.inf)
         return due
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..target import k210
+
 IN0 = 26_000_000  # the board's oscillator
 
 # FPIOA function numbers of the UART pins the serial link can use
@@ -66,7 +68,7 @@ PLL_LOCKED = 0x0003_0303  # lock bits of the three PLLs
 # output enabled), ACLK = PLL0 / 2 = 390 MHz, APB0 = ACLK / 2.
 ROM_PLL0 = 29 << 4 | 1 << 21 | 1 << 25
 ROM_CLK_SEL0 = 1 | 1 << 3
-ROM_CPU_HZ = 390_000_000
+ROM_CPU_HZ = k210.CPU_HZ
 
 
 class Sysctl(RegisterFile):

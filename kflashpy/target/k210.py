@@ -27,6 +27,15 @@ SRAM_SIZE = 8 << 20
 #: the mask ROM's own data, stacks and boot patch at the top of general SRAM
 ROM_DATA = (0x805F_8000, GENERAL_SRAM_END)
 
+# --- clocks -------------------------------------------------------------------------------
+
+#: the CPU clock kflashpy's bootstrap and flasher run at (PLL0 780 MHz / 2,
+#: docs/flasher-protocol.md "Clocks"); the mask ROM leaves the same (inferred,
+#: docs/simulator.md "The core and the peripherals")
+CPU_HZ = 390_000_000
+#: the CLINT's mtime counts the CPU clock divided by this
+MTIME_DIVIDER = 50
+
 # --- mask ROM -----------------------------------------------------------------------------
 
 #: the mask ROM's code
