@@ -639,7 +639,7 @@ def _count_rbr_reads(monkeypatch) -> list[int]:
 
 def test_flasher_receives_write_frames_by_dma(monkeypatch) -> None:
     """A 64 KiB write at 3 Mbaud: the frame's bytes come by DMA (channel 0 from UART3's
-    RBR, blocks of at most 256 words), not one RBR read each; nothing is lost."""
+    RBR, blocks of at most 1024 words), not one RBR read each; nothing is lost."""
     data = random.Random(3).randbytes(0x10000)
     reads = _count_rbr_reads(monkeypatch)  # before the core binds the model's read
     with connect(SIM, board="maix-bit", baud=3_000_000, stub="kflashpy") as dev:
@@ -655,7 +655,7 @@ def test_flasher_receives_write_frames_by_dma(monkeypatch) -> None:
         assert board.flash.read(0x200000, len(data)) == data
         assert uart.overruns == 0
         rx_blocks = blocks.count(0)  # channels 1 and 2 carry SPI3's frames
-        assert 0.95 * wire / 256 <= rx_blocks <= 1.05 * wire / 256
+        assert 0.95 * wire / 1024 <= rx_blocks <= 1.05 * wire / 1024
         assert 0 < reads[0] < wire / 50  # headers and escapes
         # blocks armed mid-slice end it through the slice's limit, not a code hook (one
         # would send every instruction through unicorn's hook-list walk from then on)
