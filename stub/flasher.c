@@ -1444,8 +1444,8 @@ static void write_done(struct pending *pend, u8 bad);
  * the digest advanced meanwhile), then go on with the pages (bg_step). */
 static void bg_wait(void)
 {
+    bg.in = 1; /* the link polls of the wait leave the pages alone (no clock read each) */
     u64 t = bg.busy ? wait_until(bg.due) : 0; /* then the status at once */
-    bg.in = 1;
     bg_step(t);
     bg.in = 0;
 }
