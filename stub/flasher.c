@@ -185,7 +185,11 @@ static void clock_sync(void)
  * cache line of it can be written back over what the DMAC brought.
  * docs/flasher-protocol.md, "1. Design". */
 #define RXD_CH RX_DMA_CH
-#define RXD_HALF 1024u /* a completed block decodes in ~30 us: within the FIFO's margin */
+#define RXD_HALF 1024u /* decoded once the next block is armed: no FIFO margin to keep */
+/* A plan's last block is decoded while the FIFO takes what follows (the frame's
+ * escapes, its C0, the next frame): at most this many words, which decode in ~25 us
+ * even all escapes, within the FIFO's 53 us at 3 Mbaud */
+#define RXD_TAIL 256u
 #define RXD_BLOCK_US 22000u /* a block's longest wire time (256 bytes at 115200) */
 #define RXD_MIN 64u   /* fewer wire bytes still needed: the FIFO takes them */
 #define RXD_EMPTY 0xFFFFFFFFu
@@ -231,6 +235,8 @@ static void rxd_arm(u32 need)
 {
     u32 cap = (u32)((u64)baud * RXD_BLOCK_US / 10000000u), h = rxd_h ^ 1;
     u32 k = need < RXD_HALF ? need : RXD_HALF;
+    if (need > RXD_TAIL && need - k < RXD_TAIL)
+        k = need - RXD_TAIL;
     if (k > cap && cap >= RXD_MIN)
         k = cap;
     while (DMAC_CHEN & (1u << RXD_CH)) /* the last block's channel has stopped */

@@ -662,6 +662,44 @@ def test_flasher_receives_write_frames_by_dma(monkeypatch) -> None:
         assert board.core._code_hooks == 0
 
 
+def test_flasher_decodes_escapes_across_its_dma_blocks(monkeypatch) -> None:
+    """A write frame dense with bytes SLIP escapes (C0 and DB, a third of its bytes, in
+    runs of every length between plain runs of every length): its DMA blocks end inside
+    escape pairs (DB as a block's last byte, the escaped byte the next one's first) and
+    inside the 8-byte groups the decoder packs, and every byte lands in place."""
+    rng = random.Random(6)
+    data = bytearray()
+    while len(data) < 0xF000:
+        data += rng.randbytes(rng.randrange(20))
+        data += bytes(rng.choices((0xC0, 0xDB), k=rng.randrange(1, 9)))
+    data = bytes(data[:0xF000])
+    blocks: list[bytearray] = []
+    start, put = Channel.start, Channel.put
+
+    def started(ch: Channel, now: float) -> None:
+        if ch.n == 0:
+            blocks.append(bytearray())
+        start(ch, now)
+
+    def landed(ch: Channel, values, at: float) -> int:
+        taken = put(ch, values, at)
+        if ch.n == 0:
+            blocks[-1] += bytes(values[:taken])
+        return taken
+
+    with connect(SIM, board="maix-bit", baud=3_000_000, stub="kflashpy") as dev:
+        port, board = dev.port, dev.port.sim_board
+        monkeypatch.setattr(Channel, "start", started)
+        monkeypatch.setattr(Channel, "put", landed)
+        port.write(encode(build_request(0xB5, 0x200000, data)))
+        got = reply(port, 1.0)
+        assert got is not None and got[:2] == b"\xb5\xe0"
+        assert board.flash.read(0x200000, len(data)) == data
+        assert board.core.uarts["uart3"].overruns == 0
+        assert len(blocks) > 20 and all(len(b) <= 1024 for b in blocks)
+        assert sum(b[-1] == 0xDB for b in blocks[:-1]) >= 3  # pairs split between blocks
+
+
 def test_flasher_ends_a_block_the_line_stopped_short_of(monkeypatch) -> None:
     """A write frame with one byte lost on the way and nothing after it: the last DMA
     block planned for it never completes (the frame's closing C0 lands in it, but no
