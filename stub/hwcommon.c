@@ -96,10 +96,17 @@ void uart_putc(u8 c)
  * read serves up to 16 bytes of a reply, not one LSR read a byte. */
 static u32 tx_room;
 
+/* the FIFO was full as last seen: its level until it has room (the link served) */
+static __attribute__((noinline)) void tx_wait(void)
+{
+    while (!(tx_room = UART_FIFO_DEPTH - UART_TFL))
+        uart_poll();
+}
+
 void uart_putc(u8 c)
 {
-    while (!tx_room && !(tx_room = UART_FIFO_DEPTH - UART_TFL))
-        uart_poll();
+    if (!tx_room)
+        tx_wait(); /* out of line: a byte with room saves no register on the stack */
     tx_room--;
     UART_RBR = c;
 }
