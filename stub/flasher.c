@@ -284,19 +284,21 @@ static __attribute__((noinline)) void rxd_run(u32 h, volatile u32 *p)
         }
         volatile u32 *q = p, *stop = (u64)(e - p) < SLOT_CAP - len ? e : p + (SLOT_CAP - len);
         u8 *d = slots[rx_slot].data + len;
-        for (; ((u64)d & 7) && q < stop && RXD_PLAIN(*q); q++)
-            *d++ = (u8)*q;
-        while (stop - q >= 8 && q[7] != RXD_EMPTY) {
-            u64 x = (u64)q[0] | (u64)q[1] << 8 | (u64)q[2] << 16 | (u64)q[3] << 24 |
-                    (u64)q[4] << 32 | (u64)q[5] << 40 | (u64)q[6] << 48 | (u64)q[7] << 56;
-            if (HAS_BYTE(x, 0xC0) | HAS_BYTE(x, 0xDB))
+        for (;;) {
+            if (!((u64)d & 7) && stop - q >= 8 && q[7] != RXD_EMPTY) {
+                u64 x = (u64)q[0] | (u64)q[1] << 8 | (u64)q[2] << 16 | (u64)q[3] << 24 |
+                        (u64)q[4] << 32 | (u64)q[5] << 40 | (u64)q[6] << 48 | (u64)q[7] << 56;
+                if (!(HAS_BYTE(x, 0xC0) | HAS_BYTE(x, 0xDB))) {
+                    *(dword *)(void *)d = x;
+                    d += 8;
+                    q += 8;
+                    continue;
+                }
+            }
+            if (q == stop || !RXD_PLAIN(*q))
                 break;
-            *(dword *)(void *)d = x;
-            d += 8;
-            q += 8;
+            *d++ = (u8)*q++;
         }
-        for (; q < stop && RXD_PLAIN(*q); q++)
-            *d++ = (u8)*q;
         rx_len = len + (u32)(q - p);
         p = q;
     }
@@ -421,8 +423,7 @@ static void uart_fifo(void)
  * registers a call saves on the stack. */
 static __attribute__((noinline)) void uart_poll_work(void)
 {
-    if (rxd_due_now())
-        rxd_take();
+    rxd_take();
     if (!rxd_busy)
         uart_fifo();
     if (bg_ready())
