@@ -1379,6 +1379,7 @@ static struct {
     u64 t0, due;       /* when the page in flight started; when to read its status */
     u64 took;          /* learned page program time (CLINT ticks), see bg_step */
     u64 step;          /* how much earlier than took the next page is looked at */
+    u32 hold;          /* pages still looked at after took, not earlier (see bg_step) */
     int looked;        /* the status of the page in flight was read busy */
     int deferred;      /* an acknowledgement is owed (pend) */
     int active;        /* pages left to program or check */
@@ -1390,13 +1391,16 @@ static struct {
 /* Go on with the background pages at `t` (now(), read by the caller while a page is
  * in flight). The status is first read when the page is expected to be done (the chip's
  * own page time, learned as the pages go), and again every 2 us while it reads busy.
- * A page seen busy, then done at t, took at most t - t0: that is what the next page is
- * expected to take. A page done at a first read made on time may have taken less: the
- * next one is looked at `step` earlier, a step that doubles with every such page (0.13,
- * 0.26, 0.5, 1 us... up to 1/32 of the time), so a steady chip is caught busy about
- * once in five pages (one status read more, the page seen done at most 2 us late) and a
- * faster one is caught up within a few pages. Most pages cost one status read. A
- * digest step (about 10 us) is taken only where it ends before the status is due. */
+ * A page seen busy, then done at t, took at most t - t0: that is what the next BG_HOLD
+ * pages are expected to take. After them, a page done at a first read made on time may
+ * have taken less: the next one is looked at `step` earlier, a step that doubles with
+ * every such page (0.13, 0.26, 0.5, 1 us... up to 1/32 of the time), so a steady chip
+ * is caught busy about once in twenty pages (one status read more, the page seen done
+ * at most 2 us late; once in five without the hold: each status read is a transaction
+ * an emulator pays for) and a faster one is caught up within twenty pages. Most pages
+ * cost one status read. A digest step (about 10 us) is taken only where it ends before
+ * the status is due. */
+#define BG_HOLD 16u
 static void bg_step(u64 t)
 {
     if (bg.busy) {
@@ -1413,10 +1417,15 @@ static void bg_step(u64 t)
         if (bg.looked) {
             bg.took = t - bg.t0;
             bg.step = 1;
+            bg.hold = BG_HOLD;
         } else if (t - bg.due < TICKS(2u)) {
-            bg.took -= bg.step;
-            if (bg.step < bg.took / 32)
-                bg.step *= 2;
+            if (bg.hold) {
+                bg.hold--;
+            } else {
+                bg.took -= bg.step;
+                if (bg.step < bg.took / 32)
+                    bg.step *= 2;
+            }
         }
         check_page(bg.base + bg.pg, unit_buf + bg.pg);
         bg.busy = 0;
