@@ -91,7 +91,6 @@ static u8 inflate_mem[DICT + BLOCK] __attribute__((aligned(8)));
 #define inflate_buf (inflate_mem + DICT)
 static u32 dict_len, dict_end; /* its length; the flash address its bytes ended at */
 static u8 page_dirty[BLOCK / PAGE];
-static u32 crc_table[256];
 
 static u32 flash_size = 16u << 20;
 static u8 jedec[3], uid[8];
@@ -149,6 +148,7 @@ static void rx_byte(u8 c)
 }
 
 static void bg_service(void);
+static inline int bg_ready(void);
 
 /* MTIME read as its low word, one bus access instead of two, and extended in software:
  * the low word going back is a wrap (every 2^32 ticks, 550 s), so it must be read at
@@ -186,11 +186,16 @@ static void clock_sync(void)
  * cache line of it can be written back over what the DMAC brought.
  * docs/flasher-protocol.md, "1. Design". */
 #define RXD_CH RX_DMA_CH
-#define RXD_HALF 256u /* a completed block decodes in ~25 us: within the FIFO's margin */
+#define RXD_HALF 1024u /* decoded once the next block is armed: no FIFO margin to keep */
+/* A plan's last block is decoded while the FIFO takes what follows (the frame's
+ * escapes, its C0, the next frame): at most this many words, which decode in ~25 us
+ * even all escapes, within the FIFO's 53 us at 3 Mbaud */
+#define RXD_TAIL 256u
+#define RXD_BLOCK_US 22000u /* a block's longest wire time (256 bytes at 115200) */
 #define RXD_MIN 64u   /* fewer wire bytes still needed: the FIFO takes them */
 #define RXD_EMPTY 0xFFFFFFFFu
 #define RXD_GRACE_US 2000u /* a block this late past its last byte was cut short */
-static u32 rxd_mem[2 * RXD_HALF] __attribute__((section(".dma")));
+static u32 rxd_mem[2 * RXD_HALF] __attribute__((section(".dma"), aligned(8)));
 #define rxd ((volatile u32 *)((u64)rxd_mem - 0x40000000u))
 static u32 rxd_n[2], rxd_i[2]; /* per half: its block's words, words decoded */
 static u32 rxd_h;              /* the half of the newest block */
@@ -229,7 +234,12 @@ static void rxd_due(u32 words)
 /* arm the next block, in the other half, for up to `need` wire bytes */
 static void rxd_arm(u32 need)
 {
-    u32 h = rxd_h ^ 1, k = need < RXD_HALF ? need : RXD_HALF;
+    u32 cap = (u32)((u64)baud * RXD_BLOCK_US / 10000000u), h = rxd_h ^ 1;
+    u32 k = need < RXD_HALF ? need : RXD_HALF;
+    if (need > RXD_TAIL && need - k < RXD_TAIL)
+        k = need - RXD_TAIL;
+    if (k > cap && cap >= RXD_MIN)
+        k = cap;
     while (DMAC_CHEN & (1u << RXD_CH)) /* the last block's channel has stopped */
         ;
     DMAC_CH(RXD_CH, CH_DAR) = (u32)(u64)(rxd_mem + h * RXD_HALF);
@@ -243,17 +253,72 @@ static void rxd_arm(u32 need)
     rxd_due(k);
 }
 
-/* decode the words of half h's block that have landed */
-static void rxd_decode(u32 h)
+/* a word that has landed and is neither C0 nor DB (RXD_EMPTY is neither too) */
+#define RXD_PLAIN(v) ((v) < 0xC0u || ((v) <= 0xFFu && (v) != 0xC0u && (v) != 0xDBu))
+#define ONES 0x0101010101010101ul
+/* does one of the 8 bytes of x equal c? (no false answer either way) */
+#define HAS_BYTE(x, c) ((((x) ^ (c) * ONES) - ONES) & ~((x) ^ (c) * ONES) & 0x80 * ONES)
+
+/* Decode the words of half h's block that have landed from p on, then pre-fill them
+ * again. The bulk of a write frame is runs of plain bytes (neither C0 nor DB) into an
+ * open slot: eight landed words (the eighth has: they land in order) are packed into a
+ * 64-bit word, checked for C0 and DB at once and stored with one store; the edges of a
+ * run go a byte at a time, and the words are pre-filled two to a 64-bit store. (Each
+ * guest store costs an emulator as much as a dozen plain instructions,
+ * docs/simulator.md: per byte this makes 0.6 stores instead of 3, and 7 instructions
+ * instead of 40.) C0, DB, the byte after DB and a frame being dropped go through
+ * rx_byte. */
+static __attribute__((noinline)) void rxd_run(u32 h, volatile u32 *p)
 {
-    volatile u32 *w = rxd + h * RXD_HALF;
-    u32 i = rxd_i[h], n = rxd_n[h];
-    for (u32 v; i < n && (v = w[i]) != RXD_EMPTY; i++) {
-        w[i] = RXD_EMPTY;
-        rx_byte((u8)v);
+    typedef u64 __attribute__((may_alias)) dword;
+    volatile u32 *w = rxd + h * RXD_HALF, *e = w + rxd_n[h], *p0 = p;
+    while (p < e) {
+        u32 v = *p;
+        if (v == RXD_EMPTY)
+            break;
+        u32 len = rx_len;
+        if (!RXD_PLAIN(v) || rx_skip || rx_esc || len >= SLOT_CAP) {
+            rx_byte((u8)v);
+            p++;
+            continue;
+        }
+        volatile u32 *q = p, *stop = (u64)(e - p) < SLOT_CAP - len ? e : p + (SLOT_CAP - len);
+        u8 *d = slots[rx_slot].data + len;
+        for (;;) {
+            if (!((u64)d & 7) && stop - q >= 8 && q[7] != RXD_EMPTY) {
+                u64 x = (u64)q[0] | (u64)q[1] << 8 | (u64)q[2] << 16 | (u64)q[3] << 24 |
+                        (u64)q[4] << 32 | (u64)q[5] << 40 | (u64)q[6] << 48 | (u64)q[7] << 56;
+                if (!(HAS_BYTE(x, 0xC0) | HAS_BYTE(x, 0xDB))) {
+                    *(dword *)(void *)d = x;
+                    d += 8;
+                    q += 8;
+                    continue;
+                }
+            }
+            if (q == stop || !RXD_PLAIN(*q))
+                break;
+            *d++ = (u8)*q++;
+        }
+        rx_len = len + (u32)(q - p);
+        p = q;
     }
-    rxd_got += i - rxd_i[h];
-    rxd_i[h] = i;
+    u32 k = (u32)(p - p0);
+    rxd_got += k;
+    rxd_i[h] += k;
+    if ((u64)p0 & 7 && p0 < p)
+        *p0++ = RXD_EMPTY;
+    for (; p - p0 >= 2; p0 += 2)
+        *(volatile u64 *)p0 = ~(u64)0;
+    if (p0 < p)
+        *p0 = RXD_EMPTY;
+}
+
+/* decode what has landed in half h (the usual poll finds nothing new: no call) */
+static inline void rxd_decode(u32 h)
+{
+    volatile u32 *p = rxd + h * RXD_HALF + rxd_i[h];
+    if (rxd_i[h] < rxd_n[h] && *p != RXD_EMPTY)
+        rxd_run(h, p);
 }
 
 /* Stop the channel and decode what it brought: the plan for the frame is over. */
@@ -276,7 +341,7 @@ static u32 rxd_need(void);
  * there before the newest one is decoded. */
 static void rxd_take(void)
 {
-    u32 h = rxd_h;
+    u32 h = rxd_h, got = rxd_got;
     rxd_decode(h ^ 1);
     if (rxd_busy && (rxd_i[h] == rxd_n[h] || rxd[h * RXD_HALF + rxd_n[h] - 1] != RXD_EMPTY)) {
         rxd_busy = 0;
@@ -288,8 +353,9 @@ static void rxd_take(void)
     /* The plan is a lower bound of what the frame still brings (an escape only makes
      * the frame need more), so the frame needing less than what is still planned means
      * it ended early (damaged, or cut by the host): the plan would take bytes of later
-     * frames with no wake when they come. The FIFO takes them from here. */
-    if (rxd_busy && rxd_need() < rxd_n[rxd_h] - rxd_i[rxd_h] + rxd_rest)
+     * frames with no wake when they come. The FIFO takes them from here. (Only a decode
+     * changes either side: looked at when something was decoded.) */
+    if (rxd_busy && rxd_got != got && rxd_need() < rxd_n[rxd_h] - rxd_i[rxd_h] + rxd_rest)
         rxd_stop();
 }
 
@@ -329,20 +395,45 @@ static u32 rxd_need(void)
     return 16 + n - rx_len + 1;
 }
 
+/* has a word landed that is not decoded yet, or has the newest block been decoded to
+ * its end (then its plan goes on)? A poll's usual answer is no: a few loads, no call */
+static inline int rxd_due_now(void)
+{
+    for (u32 h = 0; h < 2; h++)
+        if (rxd_i[h] < rxd_n[h] ? rxd[h * RXD_HALF + rxd_i[h]] != RXD_EMPTY
+                                : rxd_busy && h == rxd_h)
+            return 1;
+    return 0;
+}
+
+/* no block armed: what the receive FIFO holds (its level read once, then one RBR read
+ * a byte), then a block for the rest of a write frame */
+static void uart_fifo(void)
+{
+    for (u32 n = UART_RFL; n; n--)
+        rx_byte((u8)UART_RBR);
+    u32 need = rxd_need();
+    if (need >= RXD_MIN)
+        rxd_arm(need);
+}
+
 /* Take what has been received: the armed block's words, else what the receive FIFO
- * holds (its level read once, then one RBR read a byte), then arm a block for the rest
- * of a write frame. */
-void uart_poll(void)
+ * holds; then the background pages' turn. The usual poll (a block armed, nothing new)
+ * makes no call and no store: an emulator pays for each guest store and for the
+ * registers a call saves on the stack. */
+static __attribute__((noinline)) void uart_poll_work(void)
 {
     rxd_take();
-    if (!rxd_busy) {
-        for (u32 n = UART_RFL; n; n--)
-            rx_byte((u8)UART_RBR);
-        u32 need = rxd_need();
-        if (need >= RXD_MIN)
-            rxd_arm(need);
-    }
-    bg_service();
+    if (!rxd_busy)
+        uart_fifo();
+    if (bg_ready())
+        bg_service();
+}
+
+void uart_poll(void)
+{
+    if (rxd_due_now() || !rxd_busy || bg_ready())
+        uart_poll_work();
 }
 
 #define NEVER (~(u64)0)
@@ -423,11 +514,25 @@ static void slot_free(struct slot *s)
 
 /* ------------------------------------------------------------------ CRC-32 -- */
 
+/* Slicing by 8: crc_table[k][i] is the CRC of byte i followed by k zero bytes, so
+ * eight bytes take eight independent lookups instead of eight dependent ones (about 5
+ * instructions a byte instead of 9: every frame's CRC is checked on the board) */
+static u32 crc_table[8][256];
+
 static u32 crc32_table(u32 crc, const u8 *p, u32 n)
 {
+    typedef u64 __attribute__((may_alias)) dword;
+    const u32(*t)[256] = crc_table;
     crc = ~crc;
-    while (n--)
-        crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    for (; n && ((u64)p & 7); n--)
+        crc = t[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    for (; n >= 8; n -= 8, p += 8) {
+        u64 v = *(const dword *)(const void *)p ^ crc;
+        crc = t[7][v & 0xFF] ^ t[6][v >> 8 & 0xFF] ^ t[5][v >> 16 & 0xFF] ^ t[4][v >> 24 & 0xFF] ^
+              t[3][v >> 32 & 0xFF] ^ t[2][v >> 40 & 0xFF] ^ t[1][v >> 48 & 0xFF] ^ t[0][v >> 56];
+    }
+    for (; n; n--)
+        crc = t[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
     return ~crc;
 }
 
@@ -437,8 +542,13 @@ static void crc_init(void)
         u32 c = i;
         for (int k = 0; k < 8; k++)
             c = (c >> 1) ^ (0xEDB88320u & -(c & 1));
-        crc_table[i] = c;
+        crc_table[0][i] = c;
     }
+    for (u32 k = 1; k < 8; k++)
+        for (u32 i = 0; i < 256; i++) {
+            u32 c = crc_table[k - 1][i];
+            crc_table[k][i] = crc_table[0][c & 0xFF] ^ (c >> 8);
+        }
     reply_crc_fn = crc32_table;
 }
 
@@ -446,7 +556,7 @@ static u32 crc32_polled(const u8 *p, u32 n)
 {
     u32 crc = 0;
     while (n) {
-        u32 k = n < 256 ? n : 256; /* 256 B take ~5 us: room for a background step */
+        u32 k = n < 512 ? n : 512; /* 512 B take ~6 us: room for a background step */
         crc = crc32_table(crc, p, k);
         p += k;
         n -= k;
@@ -494,11 +604,6 @@ static void spi_start(u32 tmod, u32 frame_bits, u32 rx_frames)
 {
     /* standard SPI */
     spi_setup((tmod << 10) | (frame_bits - 1), rx_frames ? rx_frames - 1 : 0, 0);
-}
-
-static u32 be32(const u8 *p)
-{
-    return ((u32)p[0] << 24) | ((u32)p[1] << 16) | ((u32)p[2] << 8) | p[3];
 }
 
 /* transmit-only transaction of 8-bit frames: command bytes, then data */
@@ -594,19 +699,30 @@ static void spi_dma(u32 rx, u32 words, int sleep)
     __asm__ volatile("" ::: "memory"); /* spi_buf is read after this, not before */
 }
 
-/* The `n` bytes a read left in spi_buf (n a multiple of 4) to out in flash order: each
- * frame's most significant byte first, 1 KiB (~7 us) between link polls. */
+/* two frames (or 8 bytes) with each 32-bit half byte-reversed: a frame's most
+ * significant byte goes first on the wire, so that is flash order both ways */
+static u64 swap_halves(u64 v)
+{
+    v = (v >> 8 & 0x00FF00FF00FF00FFul) | (v & 0x00FF00FF00FF00FFul) << 8;
+    return (v >> 16 & 0x0000FFFF0000FFFFul) | (v & 0x0000FFFF0000FFFFul) << 16;
+}
+
+/* The `n` bytes a read left in spi_buf (n a multiple of 4) to out (8-byte aligned, as
+ * every buffer a read goes to is) in flash order, 1 KiB (~7 us) between link polls: two
+ * frames to a 64-bit store (an emulator pays for each guest store, docs/simulator.md) */
 static void spi_take(u8 *out, u32 n)
 {
-    for (u32 i = 0; i < n / 4; i++) {
-        u32 v = spi_buf[i];
-        out[4 * i] = (u8)(v >> 24);
-        out[4 * i + 1] = (u8)(v >> 16);
-        out[4 * i + 2] = (u8)(v >> 8);
-        out[4 * i + 3] = (u8)v;
-        if (i % 256 == 255)
+    typedef u64 __attribute__((may_alias)) dword;
+    typedef u32 __attribute__((may_alias)) word;
+    volatile const u64 *f = (volatile const u64 *)spi_buf;
+    dword *o = (dword *)(void *)out;
+    for (u32 i = 0; i < n / 8; i++) {
+        o[i] = swap_halves(f[i]);
+        if (i % 128 == 127)
             uart_poll();
     }
+    if (n & 4)
+        *(word *)(void *)(out + n - 4) = (u32)swap_halves(spi_buf[n / 4 - 1]);
 }
 
 /* Bulk transfers in 32-bit frames (4 bytes per FIFO entry), reads of n <= SECTOR bytes
@@ -637,12 +753,15 @@ static __attribute__((noinline)) void spi_read_quad(u32 addr, u32 n)
     spi_dma(1, n / 4, n > PAGE);
 }
 
-/* the data frames of a page program, behind the instruction and address queued; on
- * one line (43 us) the link is served meanwhile */
+/* the data frames of a page program (data 8-byte aligned: a page of unit_buf or
+ * inflate_buf), behind the instruction and address queued; on one line (43 us) the
+ * link is served meanwhile */
 static void spi_page_out(const u8 *data, int sleep)
 {
-    for (u32 i = 0; i < PAGE / 4; i++)
-        spi_buf[i] = be32(data + 4 * i);
+    typedef u64 __attribute__((may_alias)) dword;
+    volatile u64 *f = (volatile u64 *)spi_buf;
+    for (u32 i = 0; i < PAGE / 8; i++)
+        f[i] = swap_halves(((const dword *)(const void *)data)[i]);
     spi_dma(0, PAGE / 4, sleep);
 }
 
@@ -891,18 +1010,17 @@ static void digest_end(u8 out[32])
 }
 
 /* Until now() reaches `end`: serve the link, advance the write digest (a step takes
- * about 10 us: none in the last 12 us), else sleep. While a receive block is armed,
- * the sleep ends DECODE_US early once: what landed meanwhile (~200 bytes in a page
- * program's time at 3 Mbaud, ~20 us to decode) is taken before `end`, not after it,
- * where the caller's flash work is due. Returns the last now() read. */
-#define DECODE_US 25u
+ * about 10 us: none in the last 12 us), else sleep. What lands in a receive block
+ * meanwhile is decoded by the caller's next link poll, once its flash work is issued
+ * (bg_step polls as soon as a page program has started): no wake before `end` for it.
+ * Returns the last now() read. */
 static __attribute__((noinline)) u64 wait_until(u64 end)
 {
     u64 t;
     while ((t = now()) < end) {
         uart_poll();
         if (end - t < TICKS(12u) || !digest_step())
-            sleep_until(rxd_busy && end - t > TICKS(DECODE_US) ? end - TICKS(DECODE_US) : end);
+            sleep_until(end);
     }
     return t;
 }
@@ -1067,15 +1185,24 @@ static int check_flush(void)
 {
     static u8 back[SECTOR] __attribute__((aligned(8)));
     const u64 *a = (const u64 *)back, *b = (const u64 *)chk.want;
-    u32 n = chk.n;
+    volatile const u64 *f = (volatile const u64 *)spi_buf;
+    u32 n = chk.n, i;
     chk.n = 0; /* before the link polls of the read */
-    flash_read(chk.addr, back, n);
-    for (u32 i = 0; i < n / 8; i++)
-        if (a[i] != b[i]) {
-            wd_bad = 1;
-            return 0;
-        }
-    return 1;
+    if (!n)
+        return 1;
+    if (quad > 0) { /* checked quad reads: the frames compared where they landed */
+        spi_read_quad(chk.addr, n);
+        for (i = 0; i < n / 8 && swap_halves(f[i]) == b[i]; i++)
+            if (i % 128 == 127)
+                uart_poll();
+    } else {
+        flash_read(chk.addr, back, n);
+        for (i = 0; i < n / 8 && a[i] == b[i]; i++)
+            ;
+    }
+    if (i < n / 8)
+        wd_bad = 1;
+    return i == n / 8;
 }
 
 /* would the page at addr, expected to hold want, extend the run? */
@@ -1252,6 +1379,7 @@ static struct {
     u64 t0, due;       /* when the page in flight started; when to read its status */
     u64 took;          /* learned page program time (CLINT ticks), see bg_step */
     u64 step;          /* how much earlier than took the next page is looked at */
+    u32 hold;          /* pages still looked at after took, not earlier (see bg_step) */
     int looked;        /* the status of the page in flight was read busy */
     int deferred;      /* an acknowledgement is owed (pend) */
     int active;        /* pages left to program or check */
@@ -1263,13 +1391,16 @@ static struct {
 /* Go on with the background pages at `t` (now(), read by the caller while a page is
  * in flight). The status is first read when the page is expected to be done (the chip's
  * own page time, learned as the pages go), and again every 2 us while it reads busy.
- * A page seen busy, then done at t, took at most t - t0: that is what the next page is
- * expected to take. A page done at a first read made on time may have taken less: the
- * next one is looked at `step` earlier, a step that doubles with every such page (0.13,
- * 0.26, 0.5, 1 us... up to 1/32 of the time), so a steady chip is caught busy about
- * once in five pages (one status read more, the page seen done at most 2 us late) and a
- * faster one is caught up within a few pages. Most pages cost one status read. A
- * digest step (about 10 us) is taken only where it ends before the status is due. */
+ * A page seen busy, then done at t, took at most t - t0: that is what the next BG_HOLD
+ * pages are expected to take. After them, a page done at a first read made on time may
+ * have taken less: the next one is looked at `step` earlier, a step that doubles with
+ * every such page (0.13, 0.26, 0.5, 1 us... up to 1/32 of the time), so a steady chip
+ * is caught busy about once in twenty pages (one status read more, the page seen done
+ * at most 2 us late; once in five without the hold: each status read is a transaction
+ * an emulator pays for) and a faster one is caught up within twenty pages. Most pages
+ * cost one status read. A digest step (about 10 us) is taken only where it ends before
+ * the status is due. */
+#define BG_HOLD 16u
 static void bg_step(u64 t)
 {
     if (bg.busy) {
@@ -1286,10 +1417,15 @@ static void bg_step(u64 t)
         if (bg.looked) {
             bg.took = t - bg.t0;
             bg.step = 1;
+            bg.hold = BG_HOLD;
         } else if (t - bg.due < TICKS(2u)) {
-            bg.took -= bg.step;
-            if (bg.step < bg.took / 32)
-                bg.step *= 2;
+            if (bg.hold) {
+                bg.hold--;
+            } else {
+                bg.took -= bg.step;
+                if (bg.step < bg.took / 32)
+                    bg.step *= 2;
+            }
         }
         check_page(bg.base + bg.pg, unit_buf + bg.pg);
         bg.busy = 0;
@@ -1322,11 +1458,15 @@ static void bg_step(u64 t)
     }
 }
 
-/* the link poll's hook: background pages while a frame is checked and decoded */
-static void bg_service(void)
+/* may the link poll's hook run? (inline: a poll without background work makes no call) */
+static inline int bg_ready(void)
 {
-    if (!bg.active || !bg.allowed || bg.in)
-        return;
+    return bg.active && bg.allowed && !bg.in;
+}
+
+/* the link poll's hook: background pages while a frame is checked and decoded */
+static __attribute__((noinline)) void bg_service(void)
+{
     bg.in = 1;
     bg_step(bg.busy ? now() : 0);
     bg.in = 0;
@@ -1360,8 +1500,8 @@ static void write_done(struct pending *pend, u8 bad);
  * the digest advanced meanwhile), then go on with the pages (bg_step). */
 static void bg_wait(void)
 {
+    bg.in = 1; /* the link polls of the wait leave the pages alone (no clock read each) */
     u64 t = bg.busy ? wait_until(bg.due) : 0; /* then the status at once */
-    bg.in = 1;
     bg_step(t);
     bg.in = 0;
 }

@@ -44,9 +44,11 @@ typedef unsigned long u64;
 #define UART_MCR REG32(UART3 + 0x10)
 #define UART_LSR REG32(UART3 + 0x14)
 #define UART_USR REG32(UART3 + 0x7C)
+#define UART_TFL REG32(UART3 + 0x80) /* bytes in the transmit FIFO */
 #define UART_RFL REG32(UART3 + 0x84) /* bytes in the receive FIFO */
-#define UART_DLF REG32(UART3 + 0xC0)
+#define UART_FIFO_DEPTH 16u /* each way */
 #define LSR_TX_FULL 0x20u /* with IER.PTIME set: transmit FIFO full */
+#define UART_DLF REG32(UART3 + 0xC0)
 #define LSR_TEMT 0x40u
 #define IER_ERBFI 0x01u /* receive interrupt: FIFO at its trigger level, or timed out */
 #define IER_PTIME 0x80u /* LSR bit 5 = transmit FIFO full */

@@ -639,7 +639,7 @@ def _count_rbr_reads(monkeypatch) -> list[int]:
 
 def test_flasher_receives_write_frames_by_dma(monkeypatch) -> None:
     """A 64 KiB write at 3 Mbaud: the frame's bytes come by DMA (channel 0 from UART3's
-    RBR, blocks of at most 256 words), not one RBR read each; nothing is lost."""
+    RBR, blocks of at most 1024 words), not one RBR read each; nothing is lost."""
     data = random.Random(3).randbytes(0x10000)
     reads = _count_rbr_reads(monkeypatch)  # before the core binds the model's read
     with connect(SIM, board="maix-bit", baud=3_000_000, stub="kflashpy") as dev:
@@ -655,11 +655,49 @@ def test_flasher_receives_write_frames_by_dma(monkeypatch) -> None:
         assert board.flash.read(0x200000, len(data)) == data
         assert uart.overruns == 0
         rx_blocks = blocks.count(0)  # channels 1 and 2 carry SPI3's frames
-        assert 0.95 * wire / 256 <= rx_blocks <= 1.05 * wire / 256
+        assert 0.95 * wire / 1024 <= rx_blocks <= 1.05 * wire / 1024
         assert 0 < reads[0] < wire / 50  # headers and escapes
         # blocks armed mid-slice end it through the slice's limit, not a code hook (one
         # would send every instruction through unicorn's hook-list walk from then on)
         assert board.core._code_hooks == 0
+
+
+def test_flasher_decodes_escapes_across_its_dma_blocks(monkeypatch) -> None:
+    """A write frame dense with bytes SLIP escapes (C0 and DB, a third of its bytes, in
+    runs of every length between plain runs of every length): its DMA blocks end inside
+    escape pairs (DB as a block's last byte, the escaped byte the next one's first) and
+    inside the 8-byte groups the decoder packs, and every byte lands in place."""
+    rng = random.Random(6)
+    data = bytearray()
+    while len(data) < 0xF000:
+        data += rng.randbytes(rng.randrange(20))
+        data += bytes(rng.choices((0xC0, 0xDB), k=rng.randrange(1, 9)))
+    data = bytes(data[:0xF000])
+    blocks: list[bytearray] = []
+    start, put = Channel.start, Channel.put
+
+    def started(ch: Channel, now: float) -> None:
+        if ch.n == 0:
+            blocks.append(bytearray())
+        start(ch, now)
+
+    def landed(ch: Channel, values, at: float) -> int:
+        taken = put(ch, values, at)
+        if ch.n == 0:
+            blocks[-1] += bytes(values[:taken])
+        return taken
+
+    with connect(SIM, board="maix-bit", baud=3_000_000, stub="kflashpy") as dev:
+        port, board = dev.port, dev.port.sim_board
+        monkeypatch.setattr(Channel, "start", started)
+        monkeypatch.setattr(Channel, "put", landed)
+        port.write(encode(build_request(0xB5, 0x200000, data)))
+        got = reply(port, 1.0)
+        assert got is not None and got[:2] == b"\xb5\xe0"
+        assert board.flash.read(0x200000, len(data)) == data
+        assert board.core.uarts["uart3"].overruns == 0
+        assert len(blocks) > 20 and all(len(b) <= 1024 for b in blocks)
+        assert sum(b[-1] == 0xDB for b in blocks[:-1]) >= 3  # pairs split between blocks
 
 
 def test_flasher_ends_a_block_the_line_stopped_short_of(monkeypatch) -> None:

@@ -230,7 +230,8 @@ def test_pages_go_out_as_soon_as_the_chip_is_done(tmp_path, monkeypatch, page_s)
     ]
     background = reads[len(reads) // 4 :]
     assert statistics.median(background) == 1
-    assert sum(background) < 1.4 * len(background)  # 1.2 (2.4-3.0 with early reads)
+    # about 1.06 (1.2 without the hold after a page caught busy, 2.4-3.0 with early reads)
+    assert sum(background) < 1.12 * len(background)
     assert mtime < 14 * len(programs)  # 10 (20 with a clock check at every link poll)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -548,6 +549,45 @@ def test_register_reads_the_link_and_the_clock_cost(monkeypatch):
         monkeypatch.setattr(Channel, "start", lambda ch, now: (blocks.append(ch.n), start(ch, now)))
         assert d.stage2.sha256(0x400000, 0x10000) == hashlib.sha256(b"\xff" * 0x10000).digest()
         assert blocks.count(2) == 0x10000 // 0x1000  # SPI3 reads: a sector each
+
+
+def test_replies_fill_the_transmit_fifo_by_its_level(monkeypatch):
+    """A reply longer than the transmit FIFO (a hash list: 32 bytes a sector) goes out
+    with one TFL read per up to 16 bytes and never more bytes after a read than the room
+    it showed. The model's FIFO never fills (it sends at once), so the levels are made
+    up here: full, nearly full, a third, empty, in turn. The reply still comes whole."""
+    levels = itertools.cycle([16, 16, 15, 11, 0, 4])
+    log: list[int | None] = []  # the room each TFL read showed; None for a byte written
+    read, write = DwUart.read, DwUart.write
+
+    def tfl(self, offset: int, size: int) -> int:
+        if self.name == "uart3" and offset == 0x80:
+            level = next(levels)
+            log.append(16 - level)
+            return level
+        return read(self, offset, size)
+
+    def thr(self, offset: int, size: int, value: int) -> None:
+        if self.name == "uart3" and offset == 0 and not self.lcr & 0x80:
+            log.append(None)
+        write(self, offset, size, value)
+
+    monkeypatch.setattr(DwUart, "read", tfl)  # before the core binds the models
+    monkeypatch.setattr(DwUart, "write", thr)
+    with connect(SIM, board="maix-bit", baud=3000000, stub="kflashpy") as d:
+        log.clear()
+        got = d.stage2.hash_list(0x400000, 0x20000)
+        assert got == [hashlib.sha256(b"\xff" * 0x1000).digest()] * 32
+    room, sent, reads = 16, 0, 0  # before the first read: what the last reply left
+    for entry in log:
+        if entry is None:
+            sent += 1
+            assert sent <= room, "a byte written past the room the last TFL read showed"
+        else:
+            assert sent == room or not reads, "TFL read before the room it showed was used"
+            room, sent, reads = entry, 0, reads + 1
+    written = log.count(None)
+    assert written > 32 * 32 and reads < written / 4
 
 
 def _burn_and_hash(d, data: bytes, at: int):
