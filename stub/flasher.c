@@ -71,6 +71,10 @@
 #define SRAM_LO 0x80000000u
 #define SRAM_HI LINK_BASE
 
+/* 8- and 4-byte accesses to byte buffers (one guest store instead of several) */
+typedef u64 __attribute__((may_alias)) dword;
+typedef u32 __attribute__((may_alias)) word;
+
 struct slot {
     u32 len;
     u32 state; /* 0 free, 1 filling, 2 queued, 3 in use */
@@ -270,7 +274,6 @@ static void rxd_arm(u32 need)
  * rx_byte. */
 static __attribute__((noinline)) void rxd_run(u32 h, volatile u32 *p)
 {
-    typedef u64 __attribute__((may_alias)) dword;
     volatile u32 *w = rxd + h * RXD_HALF, *e = w + rxd_n[h], *p0 = p;
     while (p < e) {
         u32 v = *p;
@@ -521,7 +524,6 @@ static u32 crc_table[8][256];
 
 static u32 crc32_table(u32 crc, const u8 *p, u32 n)
 {
-    typedef u64 __attribute__((may_alias)) dword;
     const u32(*t)[256] = crc_table;
     crc = ~crc;
     for (; n && ((u64)p & 7); n--)
@@ -712,8 +714,6 @@ static u64 swap_halves(u64 v)
  * frames to a 64-bit store (an emulator pays for each guest store, docs/simulator.md) */
 static void spi_take(u8 *out, u32 n)
 {
-    typedef u64 __attribute__((may_alias)) dword;
-    typedef u32 __attribute__((may_alias)) word;
     volatile const u64 *f = (volatile const u64 *)spi_buf;
     dword *o = (dword *)(void *)out;
     for (u32 i = 0; i < n / 8; i++) {
@@ -758,7 +758,6 @@ static __attribute__((noinline)) void spi_read_quad(u32 addr, u32 n)
  * link is served meanwhile */
 static void spi_page_out(const u8 *data, int sleep)
 {
-    typedef u64 __attribute__((may_alias)) dword;
     volatile u64 *f = (volatile u64 *)spi_buf;
     for (u32 i = 0; i < PAGE / 8; i++)
         f[i] = swap_halves(((const dword *)(const void *)data)[i]);
@@ -866,7 +865,6 @@ static int shx_wait(void)
  * `last` (padded here), else k is a multiple of 64. 0, or -1 (given up) */
 static int shx_put(const u8 *p, u64 k, int last)
 {
-    typedef u64 __attribute__((may_alias)) dword;
     u8 *b = shx_buf;
     u64 i = 0;
     if (shx_wait())
@@ -1919,7 +1917,6 @@ static void write_done(struct pending *pend, u8 bad)
  * the dictionary a BC frame may name next (p may be inflate_buf itself). */
 static void dict_keep(u32 addr, const u8 *p, u32 n)
 {
-    typedef u64 __attribute__((may_alias)) dword;
     u32 k = n < DICT ? n : DICT, i = 0;
     u8 *to = inflate_buf - k;
     const u8 *from = p + n - k;
