@@ -58,6 +58,21 @@ def test_dw_uart_fractional_divisor_and_ptime() -> None:
     assert u.overruns == 40 - u.fifo_depth
 
 
+def test_dw_uart_transmit_fifo_hands_bytes_to_the_line_at_once() -> None:
+    """The model's transmit FIFO never holds a byte (docs/simulator.md, "Limits"): TFL,
+    USR and LSR agree on that however many bytes were written, with PTIME or not."""
+    sent: list[int] = []
+    u = DwUart("uart3", lambda: 26_000_000, lambda name, b: sent.append(b))
+    for ier in (0x00, 0x80):
+        u.write(0x04, 4, ier)
+        for b in range(40):
+            u.write(0x00, 4, b)
+        assert u.read(0x80, 4) == 0  # TFL
+        assert u.read(0x7C, 4) & 0x06 == 0x06  # USR: TFE, TFNF
+        assert u.read(0x14, 4) & 0x60 == (0x40 if ier else 0x60)  # TEMT; THRE / not full
+    assert sent == list(range(40)) * 2
+
+
 def test_dw_uart_rx_trigger_level_character_timeout_and_rfl() -> None:
     """FCR[7:6] sets the RX FIFO level that raises "received data available" (IIR 0x4);
     fewer bytes raise "character timeout" (IIR 0xC) once nothing came in or was read for

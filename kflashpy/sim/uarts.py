@@ -264,6 +264,10 @@ class DwUart(_Uart):
             )
         if offset == RFL:
             return len(self.rx)
+        if offset == TFL:
+            # the transmit FIFO hands each byte to the line at once (the line paces them,
+            # see the module docstring): it never holds one, as LSR and USR say too
+            return 0
         if offset == LCR:
             return self.lcr
         if offset == MCR:
@@ -272,7 +276,7 @@ class DwUart(_Uart):
             return self.scr
         if offset == DLF:
             return self.dlf
-        return 0  # TFL, MSR, and anything unmodelled
+        return 0  # MSR, and anything unmodelled
 
     def write(self, offset: int, size: int, value: int) -> None:
         value &= 0xFFFF_FFFF
