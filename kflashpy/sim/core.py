@@ -599,7 +599,11 @@ class Core:
                     if core._stopping or n >= limit.value:
                         return
                     cell.value = n + 1
-                    if not run_site(addr, handlers):
+                    if len(handlers) == 1:  # the usual case, one call less
+                        moved = handlers[0](addr) or core._stopping
+                    else:
+                        moved = run_site(addr, handlers)
+                    if not moved:
                         cell.value = n
                     return
                 if start + size <= addr:  # a block of the run that ends before addr
@@ -658,14 +662,17 @@ class Core:
         if self._stopping or self._interrupted:
             return None
         used = mark + 1 if moved else mark
-        self._budget -= used
+        budget = self._budget = self._budget - used
         self._accounted -= used
         self._shift += used
-        if self._budget <= 0:  # that was the budget's last instruction: the slice is over
+        if budget <= 0:  # that was the budget's last instruction: the slice is over
             return None
         if not moved:
             self._resume_at = addr
-        return self._emu(self._rr(rv.UC_RISCV_REG_PC), self._budget)
+        uch = self._uch
+        _uc_reg_read(uch, rv.UC_RISCV_REG_PC, self._pval)  # self._emu(self._rr(PC), ...)
+        self._regs_fresh = False
+        return _uc_emu_start(uch, self._val.value, _UNTIL, 0, budget)  # type: ignore[no-any-return]
 
     def _hook_raw(self, addr: int, code: Any, prototype: Any) -> list[int]:
         """Hook one instruction in both SRAM views (code may run from the alias) with a
@@ -772,7 +779,8 @@ class Core:
 
     # ------------------------------------------------------------------ callbacks
     def _time(self) -> float:
-        """The core's virtual time, including what the running slice has done so far."""
+        """The core's virtual time, including what the running slice has done so far
+        (the UARTs' :meth:`_puller` computes it inline: keep the two the same)."""
         t = self.board.now + self._stall
         cell = self._count_cell
         if self._in_slice and cell is not None:
@@ -787,11 +795,17 @@ class Core:
         """RX delivery for ``uart`` when the guest reads its receive registers: the bytes
         that arrived by the core's current time, so a polled program that reads the
         UART between SPI transfers sees the line as hardware would."""
-        wire = self.board.to_board
+        core, board, wire = self, self.board, self.board.to_board
 
         def pull() -> None:
-            if uart is self.rx_uart and self._in_slice:
-                now = self._time()
+            if uart is core.rx_uart and core._in_slice:
+                # _time() inlined (three receive-register reads per byte the kflash stub
+                # takes): in a slice with the exact counter, or the slice's start
+                cell = core._count_cell
+                now = board.now + core._stall
+                if cell is not None:
+                    done, budget = cell.value, core._budget
+                    now += ((done if done < budget else budget) - core._accounted) / core.cpu_hz
                 if wire.next_at <= now:
                     if uart.dma is not None:  # an armed DMA channel takes bytes first
                         self.dmac.sync(now)
