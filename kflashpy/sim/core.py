@@ -12,8 +12,9 @@ unicorn never performs RISC-V trap entry and cannot raise MEIP/MTIP (issues #240
 * external (PLIC), timer (CLINT mtimecmp) and software (msip) interrupts are taken between
   slices when mstatus.MIE and the mie bit allow, and chained directly at ``mret`` when
   another one is already pending (so a burst of UART bytes costs one slice, not one each);
-* ``csrr rd, mip`` instructions are patched through a code hook that ORs in the virtual
-  MEIP/MTIP/MSIP bits.
+* ``csrr rd, mip`` instructions are performed by a hook that gives ``rd`` the virtual
+  MEIP/MTIP/MSIP bits (these hooks, and the ``mret`` ones, are block hooks on the runs
+  that lead to the instructions: :meth:`Core._add_site`).
 """
 
 from __future__ import annotations
