@@ -262,3 +262,52 @@ def test_handlers_that_leave_the_pc_see_the_times_a_code_hook_sees(monkeypatch) 
     fast = _visits(monkeypatch, code_hooks=False)
     assert len(reference[0]) > 1000 and {n for n, _ in reference[0]} == {"head", "inside"}
     assert fast == reference
+
+
+def _jumps(monkeypatch, code_hooks: bool, inside_first: bool):
+    """Two hooked instructions in one run: the first, at the block start, jumps past
+    the second every third time; the second records the time."""
+    from unicorn import riscv_const as rv
+
+    with monkeypatch.context() as patch:
+        if code_hooks:
+            patch.setattr(Core, "_add_site", Core._add_code_site)
+        port = open_isp()
+        board = port.sim_board
+        upload_and_boot(
+            port, program(addi(S1, S1, 1), addi(T1, T1, 3), addi(T2, T2, 5), jal(0, -12))
+        )
+        read_for(port, 0.02)
+        core = board.core
+        assert core is not None
+        seen: list[tuple[str, float]] = []
+
+        def jump(address: int) -> bool:
+            seen.append(("head", core._time()))
+            if len(seen) % 3:
+                return False
+            core._rw(rv.UC_RISCV_REG_PC, address + 12)
+            return True
+
+        def inside(_address: int) -> bool:
+            seen.append(("inside", core._time()))
+            return False
+
+        sites_ = [(SRAM_BASE, jump), (SRAM_BASE + 8, inside)]
+        for addr, handler in reversed(sites_) if inside_first else sites_:
+            core._add_site(addr, handler)
+        read_for(port, 0.002)
+        return seen, _counts(board)
+
+
+@pytest.mark.parametrize("inside_first", [False, True])
+def test_a_jump_at_a_block_start_passes_the_hooked_instruction_after_it(
+    monkeypatch, inside_first
+) -> None:
+    """A handler at a block start moves the pc past a hooked instruction later in the
+    same block (whichever was hooked first): that one is not called, as with code
+    hooks; the same calls at the same times, the same counts."""
+    reference = _jumps(monkeypatch, True, inside_first)
+    fast = _jumps(monkeypatch, False, inside_first)
+    assert len(reference[0]) > 1000
+    assert fast == reference

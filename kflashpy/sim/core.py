@@ -263,6 +263,9 @@ class Core:
         self._sites: dict[int, list[Any]] = {}
         self._pause: tuple[int, int, list[Any]] | None = None  # see _site_block
         self._resume_at: int | None = None  # see _after_pause
+        # block start and count of the last site at a block start that moved the pc: that
+        # block does not run, so no pause is armed on it (see _site_block)
+        self._moved_at = self._moved_count = -1
         self._shift = 0  # instructions of the running slice before its last resumption
         self._site_handles: dict[int, list[int]] = {}  # hooked instruction -> block hooks
         self._code_hooks = 0  # code hooks installed besides unicorn's counter
@@ -502,8 +505,8 @@ class Core:
         """Call ``handler(address)`` whenever the instruction at ``addr`` is about to run
         (in either SRAM view), as a code hook would be: with the instruction counted,
         after everything before it. ``handler`` returns whether it moved the pc (the
-        instruction is then skipped) and raises what it cannot handle; it may stop the
-        engine. Returns what removes the hook.
+        instruction is then skipped; the pc must not stay on it) and raises what it
+        cannot handle; it may stop the engine. Returns what removes the hook.
 
         With unicorn's exact counter these are block hooks on the straight runs that
         lead to ``addr`` (:mod:`.sites`, :meth:`_site_block`): a code hook would make
@@ -578,6 +581,8 @@ class Core:
         block's first instruction), and it is uncounted again if they neither moved the
         pc nor stopped the engine. Nothing happens if a stop is due or the counter would
         stop the slice at ``addr``: unicorn's hook walk would not call a code hook then.
+        If the pc moved, the block does not run: a pause armed on it (next paragraph) by
+        a hook called before is taken back, and none is armed by one called after.
 
         A block that starts before ``addr`` and holds it: the slice's limit is lowered so
         that unicorn's counter stops the engine just before ``addr`` (counted, not run),
@@ -606,6 +611,11 @@ class Core:
                         moved = run_site(addr, handlers)
                     if not moved:
                         cell.value = n
+                    elif not core._stopping:  # the pc moved: this block does not run
+                        core._moved_at, core._moved_count = start, n + 1
+                        if core._pause is not None:  # armed on it by a hook before
+                            core._pause = None
+                            limit.value = core._budget
                     return
                 if start + size <= addr:  # a block of the run that ends before addr
                     return
@@ -613,9 +623,10 @@ class Core:
                     k = steps[start]
                 else:
                     k = steps[start] = steps_to(read, start, addr)
-                if k is None:
+                n = cell.value
+                if k is None or start == core._moved_at and n == core._moved_count:  # see above
                     return
-                mark = cell.value + k  # counted when the counter reaches addr
+                mark = n + k  # counted when the counter reaches addr
                 if mark < limit.value:  # (an earlier pause lowered the limit already)
                     core._pause = (addr, mark, handlers)
                     limit.value = mark
@@ -673,6 +684,7 @@ class Core:
         uch = self._uch
         _uc_reg_read(uch, rv.UC_RISCV_REG_PC, self._pval)  # self._emu(self._rr(PC), ...)
         self._regs_fresh = False
+        self._moved_at = -1  # the counter starts again from 0
         return _uc_emu_start(uch, self._val.value, _UNTIL, 0, budget)  # type: ignore[no-any-return]
 
     def _hook_raw(self, addr: int, code: Any, prototype: Any) -> list[int]:
@@ -1133,6 +1145,7 @@ class Core:
             mmio, traps = self._mmio_count, self.traps
             self._shift = 0
             self._stopping = False
+            self._moved_at = -1
             self._in_slice = True
             try:
                 status = _uc_emu_start(uch, pc, _UNTIL, 0, count)  # self._emu(pc, count)
