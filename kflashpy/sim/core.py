@@ -12,8 +12,9 @@ unicorn never performs RISC-V trap entry and cannot raise MEIP/MTIP (issues #240
 * external (PLIC), timer (CLINT mtimecmp) and software (msip) interrupts are taken between
   slices when mstatus.MIE and the mie bit allow, and chained directly at ``mret`` when
   another one is already pending (so a burst of UART bytes costs one slice, not one each);
-* ``csrr rd, mip`` instructions are patched through a code hook that ORs in the virtual
-  MEIP/MTIP/MSIP bits.
+* ``csrr rd, mip`` instructions are performed by a hook that gives ``rd`` the virtual
+  MEIP/MTIP/MSIP bits (these hooks, and the ``mret`` ones, are block hooks on the runs
+  that lead to the instructions: :meth:`Core._add_site`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from .periph import (
     RegisterFile,
     Sysctl,
 )
+from .sites import run_start, steps_to
 from .spi3 import NoDevice, Spi3
 from .uarts import DwUart, Uarths, UartRxDma
 
@@ -151,6 +153,7 @@ _MMIO_READ = ctypes.CFUNCTYPE(ctypes.c_uint64, _ENGINE, ctypes.c_uint64, ctypes.
 _MMIO_WRITE = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint64, ctypes.c_uint, ctypes.c_uint64)
 _CODE_AT = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint64)  # (engine, address)
 _CODE = ctypes.CFUNCTYPE(None, _ENGINE)  # a code hook that knows its address
+_BLOCK = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint64, ctypes.c_uint32)  # (address, size)
 _INTR = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint32)
 # (engine, access type, address, size, value)
 _STORE = ctypes.CFUNCTYPE(
@@ -249,7 +252,7 @@ class Core:
         self._mmio_count = 0  # MMIO accesses so far (idle detection)
         self._idle_hit = False
         self._head_state: tuple[int, int, bytes] | None = None
-        self._heads: dict[int, list[int]] = {}  # wait-loop PC -> code hook handles
+        self._heads: dict[int, Any] = {}  # wait-loop PC -> what removes its hook
         self._suspended: dict[int, float] = {}  # busy wait-loop PC -> re-arm time
         self._store_hook: int | None = None
         self._stores = 0
@@ -257,11 +260,21 @@ class Core:
         self._learn_after = 0.0
         self._armed = False  # stores are being watched for one wait-loop iteration
         self._alias_guard: int | None = None  # see _guard_alias
+        self._stopping = False  # see _stop
+        # hooked instructions (see _add_site): address -> the handlers, in hooking order
+        self._sites: dict[int, list[Any]] = {}
+        self._pause: tuple[int, int, list[Any]] | None = None  # see _site_block
+        self._resume_at: int | None = None  # see _after_pause
+        # block start and count of the last site at a block start that moved the pc: that
+        # block does not run, so no pause is armed on it (see _site_block)
+        self._moved_at = self._moved_count = -1
+        self._shift = 0  # instructions of the running slice before its last resumption
+        self._site_handles: dict[int, list[int]] = {}  # hooked instruction -> block hooks
         self._code_hooks = 0  # code hooks installed besides unicorn's counter
         self._retranslate = False  # see _count_code_hook
         self._regs_fresh = False  # see _run
-        # (alias address, callback, handles) of instruction hooks deferred by the guard
-        self._alias_waiting: list[tuple[int, Any, list[int]]] = []
+        # (first, last address, callback, handles, kind) of alias hooks deferred by the guard
+        self._alias_waiting: list[tuple[int, int, Any, list[int], int]] = []
         self.idle_skips = 0
         self.loop_skips = 0
         self._loops: set[int] = set()  # addresses of hooked counting loops
@@ -410,6 +423,13 @@ class Core:
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
+        self._stop()
+
+    def _stop(self) -> None:
+        """Stop the engine before the next instruction, remembering that a stop is due
+        (unicorn's own flag is not readable): a block hook called while one is due must
+        do nothing, as a code hook would not have been called (see :meth:`_site_block`)."""
+        self._stopping = True
         _uc_emu_stop(self._uch)
 
     def _hook_exceptions(self) -> None:
@@ -431,6 +451,7 @@ class Core:
     def _emu(self, pc: int, count: int) -> int:
         """Run at most ``count`` instructions from ``pc``; the engine's status (0 = ok)."""
         self._regs_fresh = False
+        self._stopping = False
         return _uc_emu_start(self._uch, pc, _UNTIL, 0, count)  # type: ignore[no-any-return]
 
     def _install_code_hooks(self, span: tuple[int, int]) -> None:
@@ -442,10 +463,10 @@ class Core:
             return
         words = raw[:-1].astype(np.uint32) | (raw[1:].astype(np.uint32) << 16)
         for idx in np.flatnonzero(words == INSN_MRET):
-            self._hook_raw(lo + 2 * int(idx), self._mret_hook(), _CODE)
+            self._add_site(lo + 2 * int(idx), self._mret_handler())
         for idx in np.flatnonzero((words & CSRR_MIP_MASK) == CSRR_MIP):
             rd = int(words[idx]) >> 7 & 0x1F
-            self._hook_raw(lo + 2 * int(idx), self._csrr_mip_hook(rd), _CODE_AT)
+            self._add_site(lo + 2 * int(idx), self._csrr_mip_handler(rd))
         for at, reg, step in counting_loops(words):
             self._hook_counting_loop(lo + 2 * at, reg, step)
 
@@ -482,23 +503,196 @@ class Core:
             if loop is not None:
                 self._hook_counting_loop(pc - 2 + 2 * idx, *loop)
 
-    def _hook(self, addr: int, callback: Any, data: object) -> list[int]:
-        """Hook one instruction in both SRAM views (code may run from the alias) with
-        ``callback(address, data)``; return the hook handles (the alias one joins the
-        list once code runs from the alias)."""
+    def _add_site(self, addr: int, handler: Any) -> Any:
+        """Call ``handler(address)`` whenever the instruction at ``addr`` is about to run
+        (in either SRAM view), as a code hook would be: with the instruction counted,
+        after everything before it. ``handler`` returns whether it moved the pc (the
+        instruction is then skipped; the pc must not stay on it) and raises what it
+        cannot handle; it may stop the engine. Returns what removes the hook.
+
+        With unicorn's exact counter these are block hooks on the straight runs that
+        lead to ``addr`` (:mod:`.sites`, :meth:`_site_block`): a code hook would make
+        unicorn walk its hook list on every instruction everywhere (see
+        :meth:`_count_code_hook`). Without the counter they are code hooks."""
+        if self._count_cell is None:
+            return self._add_code_site(addr, handler)
+        handlers = self._sites.get(addr)
+        if handlers is not None:  # a second handler at the same instruction: called after
+            handlers.append(handler)
+        else:
+            handlers = self._sites[addr] = [handler]
+            handles: list[int] = []
+            alias = addr - SRAM_BASE + SRAM_ALIAS
+            for view, base in ((addr, SRAM_BASE), (alias, SRAM_ALIAS)):
+                lo = run_start(self._code_half, view, base)
+                fn = self._site_block(view, handlers)
+                ptr = _BLOCK(fn)
+                self._keep.append(ptr)
+                if view == alias and self._alias_guard is not None:
+                    self._alias_waiting.append((lo, view, ptr, handles, UC_HOOK_BLOCK))
+                    continue
+                handles.append(self._add_hook(ptr, lo, view, UC_HOOK_BLOCK))
+                if self.slices:  # blocks translated before the hook do not call it
+                    self.uc.ctl_remove_cache(lo, view + 4)  # type: ignore[attr-defined]
+            self._site_handles[addr] = handles
+
+        def remove() -> None:
+            handlers.remove(handler)
+            if handlers:
+                return
+            del self._sites[addr]
+            handles = self._site_handles.pop(addr)
+            for handle in handles:
+                _uc_hook_del(self._uch, handle)
+            self._alias_waiting = [w for w in self._alias_waiting if w[3] is not handles]
+
+        return remove
+
+    def _add_code_site(self, addr: int, handler: Any) -> Any:
+        """:meth:`_add_site` as code hooks (no exact instruction counter)."""
         core = self
 
         def code(_h: object, address: int) -> None:
             try:
-                callback(address, data)
+                handler(address)
             except BaseException as exc:  # noqa: BLE001 - reported by run()
                 core._fail(exc)
 
-        return self._hook_raw(addr, code, _CODE_AT)
+        handles = self._hook_raw(addr, code, _CODE_AT)
+
+        def remove() -> None:
+            for handle in handles:
+                self._del_code_hook(handle)
+            self._alias_waiting = [w for w in self._alias_waiting if w[3] is not handles]
+
+        return remove
+
+    def _code_half(self, address: int) -> int:
+        """The halfword of code at ``address`` (0 outside SRAM)."""
+        off = Sram.offset(address, 2)
+        if off is None:
+            return 0
+        data = self.board.sram.data
+        return data[off] | data[off + 1] << 8
+
+    def _site_block(self, addr: int, handlers: list[Any]) -> Any:
+        """The block hook of the instruction at ``addr`` (on the run leading to it).
+
+        A block that starts at ``addr``: the handlers run now, before it, with the
+        instruction counted (unicorn calls a block hook before its counter counts the
+        block's first instruction), and it is uncounted again if they neither moved the
+        pc nor stopped the engine. Nothing happens if a stop is due or the counter would
+        stop the slice at ``addr``: unicorn's hook walk would not call a code hook then.
+        If the pc moved, the block does not run: a pause armed on it (next paragraph) by
+        a hook called before is taken back, and none is armed by one called after.
+
+        A block that starts before ``addr`` and holds it: the slice's limit is lowered so
+        that unicorn's counter stops the engine just before ``addr`` (counted, not run),
+        and :meth:`_after_pause` runs the handlers and resumes the same slice. What runs
+        in between is straight-line code that cannot leave the run (:mod:`.sites`), so
+        the handlers see the same state and time as a code hook would."""
+        core, cell, limit = self, self._count_cell, self._icount.limit
+        assert cell is not None and limit is not None
+        steps: dict[int, int | None] = {}
+        read = self._code_half
+        run_site = self._run_site
+
+        def at_block(_h: object, start: int, size: int) -> None:
+            try:
+                if start == addr:
+                    if core._resume_at == addr:  # resumed here after a pause: done
+                        core._resume_at = None
+                        return
+                    n = cell.value
+                    if core._stopping or n >= limit.value:
+                        return
+                    cell.value = n + 1
+                    if len(handlers) == 1:  # the usual case, one call less
+                        moved = handlers[0](addr) or core._stopping
+                    else:
+                        moved = run_site(addr, handlers)
+                    if not moved:
+                        cell.value = n
+                    elif not core._stopping:  # the pc moved: this block does not run
+                        core._moved_at, core._moved_count = start, n + 1
+                        if core._pause is not None:  # armed on it by a hook before
+                            core._pause = None
+                            limit.value = core._budget
+                    return
+                if start + size <= addr:  # a block of the run that ends before addr
+                    return
+                if start in steps:
+                    k = steps[start]
+                else:
+                    k = steps[start] = steps_to(read, start, addr)
+                n = cell.value
+                if k is None or start == core._moved_at and n == core._moved_count:  # see above
+                    return
+                mark = n + k  # counted when the counter reaches addr
+                if mark < limit.value:  # (an earlier pause lowered the limit already)
+                    core._pause = (addr, mark, handlers)
+                    limit.value = mark
+            except BaseException as exc:  # noqa: BLE001 - reported by run()
+                core._fail(exc)
+
+        return at_block
+
+    def _run_site(self, address: int, handlers: list[Any]) -> bool:
+        """Run a hooked instruction's handlers in order, as unicorn's hook walk would
+        (the next one after a pc change too, none after a stop); True if the
+        instruction is not to run (the pc moved, or the engine stops)."""
+        moved = False
+        try:
+            for handler in handlers if len(handlers) == 1 else tuple(handlers):
+                if handler(address):
+                    moved = True
+                if self._stopping:
+                    return True
+        except BaseException as exc:  # noqa: BLE001 - reported by run()
+            self._fail(exc)
+            return True
+        return moved
+
+    def _after_pause(self) -> int | None:
+        """The engine stopped: if that was a pause (:meth:`_site_block`), run the site's
+        handlers and resume the slice; the engine's status, or None if the slice ended.
+
+        The slice goes on where a code hook would have let it go on: at the pc the
+        handlers chose (the paused instruction counted), or at the instruction itself
+        (uncounted: it runs now). unicorn's counter starts again from 0, so the slice's
+        budget and accounted instructions are shifted by what already ran: every time
+        computed inside the slice keeps the same integer numerator (bit-identical)."""
+        pause = self._pause
+        self._pause = None
+        cell = self._count_cell
+        if pause is None or cell is None or self._stopping:
+            return None
+        addr, mark, handlers = pause
+        # paused: the counter stopped the engine at addr (a device that lowered the limit
+        # to just before addr, see _end_slice, lowered the budget with it)
+        if cell.value != mark + 1 or self._budget <= mark:
+            return None
+        moved = self._run_site(addr, handlers)
+        if self._stopping or self._interrupted:
+            return None
+        used = mark + 1 if moved else mark
+        budget = self._budget = self._budget - used
+        self._accounted -= used
+        self._shift += used
+        if budget <= 0:  # that was the budget's last instruction: the slice is over
+            return None
+        if not moved:
+            self._resume_at = addr
+        uch = self._uch
+        _uc_reg_read(uch, rv.UC_RISCV_REG_PC, self._pval)  # self._emu(self._rr(PC), ...)
+        self._regs_fresh = False
+        self._moved_at = -1  # the counter starts again from 0
+        return _uc_emu_start(uch, self._val.value, _UNTIL, 0, budget)  # type: ignore[no-any-return]
 
     def _hook_raw(self, addr: int, code: Any, prototype: Any) -> list[int]:
-        """:meth:`_hook` with a raw code-hook function of ``prototype`` (``_CODE_AT`` or
-        ``_CODE``) that handles its own errors."""
+        """Hook one instruction in both SRAM views (code may run from the alias) with a
+        raw code-hook function of ``prototype`` that handles its own errors; return the
+        hook handles (the alias one joins the list once code runs from the alias)."""
         ptr = prototype(code)
         self._keep.append(ptr)
         handles = [self._add_hook(ptr, addr, addr)]
@@ -506,7 +700,7 @@ class Core:
         if self._alias_guard is None:
             handles.append(self._add_hook(ptr, alias, alias))
         else:
-            self._alias_waiting.append((alias, ptr, handles))
+            self._alias_waiting.append((alias, alias, ptr, handles, UC_HOOK_CODE))
         return handles
 
     def _add_hook(self, ptr: Any, begin: int, end: int, kind: int = UC_HOOK_CODE) -> int:
@@ -550,13 +744,14 @@ class Core:
     def _guard_alias(self) -> None:
         """Defer the alias views' instruction hooks until code runs from the alias.
 
-        ``count``-limited slices make unicorn walk its whole code-hook list on every
-        instruction, so each code hook costs time everywhere; programs rarely run from
-        the alias. One block hook on the whole alias (which costs only blocks translated
-        there) installs the deferred ones the first time it fires, before the block's
-        first instruction, and removes itself. Deferred hooks always have their twin in
-        the main view installed, so the block was translated with the code-hook walk
-        and they see its instructions."""
+        Each code hook costs time on every instruction everywhere (see
+        :meth:`_count_code_hook`), and programs rarely run from the alias. One block hook
+        on the whole alias (which costs only blocks translated there) installs the
+        deferred ones the first time it fires, before the block's first instruction, and
+        removes itself. Deferred hooks always have their twin in the main view
+        installed, so the block was translated with unicorn's hook walk, code hooks on
+        every instruction and the block hooks at its start (the guard and a twin make two
+        block hooks): the walk, which goes on after the guard, sees the hooks added."""
         core = self
 
         def first(_h: object) -> None:
@@ -575,8 +770,8 @@ class Core:
             return
         _uc_hook_del(self._uch, self._alias_guard)
         self._alias_guard = None
-        for alias, ptr, handles in self._alias_waiting:
-            handles.append(self._add_hook(ptr, alias, alias))
+        for begin, end, ptr, handles, kind in self._alias_waiting:
+            handles.append(self._add_hook(ptr, begin, end, kind))
         self._alias_waiting.clear()
 
     def _route(self) -> None:
@@ -599,7 +794,8 @@ class Core:
 
     # ------------------------------------------------------------------ callbacks
     def _time(self) -> float:
-        """The core's virtual time, including what the running slice has done so far."""
+        """The core's virtual time, including what the running slice has done so far
+        (the UARTs' :meth:`_puller` computes it inline: keep the two the same)."""
         t = self.board.now + self._stall
         cell = self._count_cell
         if self._in_slice and cell is not None:
@@ -614,11 +810,17 @@ class Core:
         """RX delivery for ``uart`` when the guest reads its receive registers: the bytes
         that arrived by the core's current time, so a polled program that reads the
         UART between SPI transfers sees the line as hardware would."""
-        wire = self.board.to_board
+        core, board, wire = self, self.board, self.board.to_board
 
         def pull() -> None:
-            if uart is self.rx_uart and self._in_slice:
-                now = self._time()
+            if uart is core.rx_uart and core._in_slice:
+                # _time() inlined (three receive-register reads per byte the kflash stub
+                # takes): in a slice with the exact counter, or the slice's start
+                cell = core._count_cell
+                now = board.now + core._stall
+                if cell is not None:
+                    done, budget = cell.value, core._budget
+                    now += ((done if done < budget else budget) - core._accounted) / core.cpu_hz
                 if wire.next_at <= now:
                     if uart.dma is not None:  # an armed DMA channel takes bytes first
                         self.dmac.sync(now)
@@ -637,13 +839,13 @@ class Core:
 
     def _skip_until(self, t: float) -> None:
         self._skip = t
-        _uc_emu_stop(self._uch)
+        self._stop()
 
     def _device_halt(self, reason: str) -> None:
         """A device model met something it does not model: the board halts after the
         running slice, with ``reason``."""
         self._halt_reason = reason
-        _uc_emu_stop(self._uch)
+        self._stop()
 
     def _is_link_uart(self, uart: DwUart) -> bool:
         return self.rx_uart is uart
@@ -667,7 +869,7 @@ class Core:
 
     def _request_soft_reset(self) -> None:
         self._reset_requested = True
-        _uc_emu_stop(self._uch)
+        self._stop()
 
     def _transmit(self, name: str, byte: int) -> None:
         if name == self.tx_name:
@@ -714,75 +916,71 @@ class Core:
             self._enter_trap(CAUSE_ECALL_M, pc - 4)
         else:
             self._halt_reason = f"exception {intno} at 0x{pc:08x}"
-            _uc_emu_stop(self._uch)
+            self._stop()
 
-    def _mret_hook(self) -> Any:
-        """The code hook of an ``mret``: chain the next pending interrupt, or perform the
-        ``mret`` (:meth:`_mret`). A raw hook with its state bound: it runs once per
-        interrupt, tens of thousands of times per virtual second."""
+    def _mret_handler(self) -> Any:
+        """The handler of an ``mret`` (:meth:`_add_site`): chain the next pending
+        interrupt, or perform the ``mret`` (:meth:`_mret`). State bound: it runs once
+        per interrupt, tens of thousands of times per virtual second."""
         core = self
         uch, ids, ptrs, regs = self._uch, self._trap_ids, self._trap_ptrs, self._trap_vals
         val, pval = self._val, self._pval
         n_regs = len(_TRAP_READ)
         pending_cause = self._pending_cause
 
-        def on_mret(_h: object) -> None:
-            try:
-                _uc_reg_read_batch(uch, ids, ptrs, n_regs)  # core._trap_regs()
-                mstatus = regs[0]
-                cause = pending_cause(regs[1]) if mstatus & MSTATUS_MPIE else 0
-                if not cause:
-                    core._mret(mstatus, regs[4])
-                    return
-                # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
-                chained = (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP
-                if chained != mstatus or cause != core._last_cause:
-                    core._take(chained, cause, regs[2], None)
-                else:  # the usual case: only the pc changes (CSR writes cost more)
-                    val.value = _vector(regs[2], cause)
-                    _uc_reg_write(uch, rv.UC_RISCV_REG_PC, pval)
-                    core.traps += 1
-            except BaseException as exc:  # noqa: BLE001 - reported by run()
-                core._fail(exc)
+        def on_mret(_address: int) -> bool:
+            _uc_reg_read_batch(uch, ids, ptrs, n_regs)  # core._trap_regs()
+            mstatus = regs[0]
+            cause = pending_cause(regs[1]) if mstatus & MSTATUS_MPIE else 0
+            if not cause:
+                return core._mret(mstatus, regs[4])
+            # mret then immediate re-entry: MIE<-MPIE(1), then MPIE<-1, MIE<-0, MPP<-M
+            chained = (mstatus & ~MSTATUS_MIE) | MSTATUS_MPP
+            if chained != mstatus or cause != core._last_cause:
+                core._take(chained, cause, regs[2], None)
+            else:  # the usual case: only the pc changes (CSR writes cost more)
+                val.value = _vector(regs[2], cause)
+                _uc_reg_write(uch, rv.UC_RISCV_REG_PC, pval)
+                core.traps += 1
+            return True
 
         return on_mret
 
-    def _mret(self, mstatus: int, mepc: int) -> None:
+    def _mret(self, mstatus: int, mepc: int) -> bool:
         """Return from a machine-mode trap to machine mode in place of unicorn's ``mret``,
         leaving MPP = M where unicorn writes U. Every change of MPP makes unicorn flush
         its TLB (about 80 µs), and the next trap entry would change it back: that
         pair cost more than the rest of an interrupt. The hart stays in M either way;
         only mstatus.MPP read outside a trap handler shows the difference. An ``mret``
-        to a lower mode (MPP != M) is left to unicorn."""
+        to a lower mode (MPP != M) is left to unicorn (False)."""
         if mstatus & MSTATUS_MPP != MSTATUS_MPP:
-            return
+            return False
         mie = MSTATUS_MIE if mstatus & MSTATUS_MPIE else 0
         self._rw(rv.UC_RISCV_REG_MSTATUS, (mstatus & ~MSTATUS_MIE) | mie | MSTATUS_MPIE)
         self._rw(rv.UC_RISCV_REG_PC, mepc)
+        return True
 
-    def _csrr_mip_hook(self, rd: int) -> Any:
-        """The code hook of a ``csrr rd, mip``: ``rd`` gets the virtual MEIP/MTIP/MSIP
-        bits (unicorn's own never rise; the rest stays 0 on one hart) and the instruction
-        is skipped (in the SRAM view it ran from). A raw hook with its state bound (once
-        per interrupt in the kflash stub)."""
+    def _csrr_mip_handler(self, rd: int) -> Any:
+        """The handler of a ``csrr rd, mip`` (:meth:`_add_site`): ``rd`` gets the virtual
+        MEIP/MTIP/MSIP bits (unicorn's own never rise; the rest stays 0 on one hart) and
+        the instruction is skipped (in the SRAM view it ran from). State bound (once per
+        interrupt in the kflash stub)."""
         core, plic, clint = self, self.plic, self.clint
         uch, val, pval = self._uch, self._val, self._pval
         reg = rv.UC_RISCV_REG_X0 + rd
 
-        def on_csrr_mip(_h: object, address: int) -> None:
-            try:
-                value = MIE_MEIE if plic.best() else 0
-                if clint.cmp != _NEVER and core._mtime() >= clint.cmp:
-                    value |= MIE_MTIE
-                if clint.msip():
-                    value |= MIE_MSIE
-                if rd:
-                    val.value = value
-                    _uc_reg_write(uch, reg, pval)
-                val.value = address + 4
-                _uc_reg_write(uch, rv.UC_RISCV_REG_PC, pval)
-            except BaseException as exc:  # noqa: BLE001 - reported by run()
-                core._fail(exc)
+        def on_csrr_mip(address: int) -> bool:
+            value = MIE_MEIE if plic.best() else 0
+            if clint.cmp != _NEVER and core._mtime() >= clint.cmp:
+                value |= MIE_MTIE
+            if clint.msip():
+                value |= MIE_MSIE
+            if rd:
+                val.value = value
+                _uc_reg_write(uch, reg, pval)
+            val.value = address + 4
+            _uc_reg_write(uch, rv.UC_RISCV_REG_PC, pval)
+            return True
 
         return on_csrr_mip
 
@@ -899,7 +1097,7 @@ class Core:
         """SIGINT while :meth:`run` runs (Python calls it between two bytecodes, often
         inside an engine callback, where it must not raise)."""
         self._interrupted = True
-        _uc_emu_stop(self._uch)
+        self._stop()
 
     def _run(self, t_end: float) -> None:
         """The slice loop. Host cost per slice matters (tens of thousands per virtual
@@ -949,11 +1147,20 @@ class Core:
             self._idle_hit = False
             self._head_visits = 0
             mmio, traps = self._mmio_count, self.traps
+            self._shift = 0
+            self._stopping = False
+            self._moved_at = -1
             self._in_slice = True
             try:
                 status = _uc_emu_start(uch, pc, _UNTIL, 0, count)  # self._emu(pc, count)
+                while self._pause is not None and not status:  # see _site_block
+                    resumed = self._after_pause()
+                    if resumed is None:
+                        break
+                    status = resumed
             finally:
                 self._in_slice = False
+                self._pause = self._resume_at = None
             _uc_reg_read_batch(uch, ids, ptrs, n_regs)
             self._regs_fresh = True
             pc = regs[3]
@@ -968,8 +1175,10 @@ class Core:
             else:  # estimate: a slice stopped early ran half its budget
                 early = self._skip is not None or self._idle_hit or self._reset_requested
                 done = count // 2 if early else count
-            self.instructions += done
+            # (_accounted and _budget are shifted by what ran before a resumption)
             board.now += (done - self._accounted) / self.cpu_hz + self._stall
+            done += self._shift
+            self.instructions += done
             self._stall = 0.0
             if self._store_hook is not None:
                 self._watch_stores(False)
@@ -1106,7 +1315,7 @@ class Core:
 
         Single-step until a (PC, registers) state repeats with no store that changed
         memory in between. Then the loop can only be left through memory that an interrupt or a
-        device changes: it is idle. Its PC gets a code hook (:meth:`_on_idle_head`) that
+        device changes: it is idle. Its PC gets a hook (:meth:`_on_idle_head`) that
         recognises the spin cheaply the next times. Loops that count in registers or in
         memory (delays, computations) are not idle and keep running instruction by
         instruction.
@@ -1126,7 +1335,7 @@ class Core:
                     if seen[key] != self._stores:
                         return False
                     if pc not in self._heads and len(self._heads) < MAX_IDLE_HEADS:
-                        self._heads[pc] = self._hook(pc, self._on_idle_head, None)
+                        self._heads[pc] = self._add_site(pc, self._on_idle_head)
                     self._learn_after = 0.0
                     return True
                 seen[key] = self._stores
@@ -1136,44 +1345,45 @@ class Core:
         finally:
             self._watch_stores(False)
 
-    def _on_idle_head(self, address: int, _data: object) -> None:
-        """At a known wait-loop PC. Two visits with the same registers and no MMIO or trap
-        between them make a candidate; stores are then watched for one more iteration:
-        none -> idle, the slice ends; some -> the loop is busy (e.g. a delay counting in
-        memory), and its hook is suspended for a while so it runs at full speed."""
+    def _on_idle_head(self, address: int) -> bool:
+        """At a known wait-loop PC (a handler of :meth:`_add_site`: it never moves the
+        pc). Two visits with the same registers and no MMIO or trap between them make a
+        candidate; stores are then watched for one more iteration: none -> idle, the
+        slice ends; some -> the loop is busy (e.g. a delay counting in memory), and its
+        hook is suspended for a while so it runs at full speed."""
         self._head_visits += 1
         if self._head_visits > HEAD_PATIENCE:  # a loop that keeps working: let it run
             self._suspend_head(address)
-            return
+            return False
         regs = self._gprs()
         state = (address, self._mmio_count + (self.traps << 40), regs)
         if state != self._head_state:
             self._head_state = state
             self._armed = False
             self._watch_stores(False)
-            return
+            return False
         if not self._armed:
             self._armed = True
             self._stores = 0
             self._watch_stores(True)
-            return
+            return False
         self._watch_stores(False)
         self._head_state = None
         self._armed = False
         if self._stores == 0:
             self._idle_hit = True
-            _uc_emu_stop(self._uch)
-            return
+            self._stop()
+            return False
         self._suspend_head(address)
+        return False
 
     def _suspend_head(self, address: int) -> None:
         self._watch_stores(False)
         self._head_state = None
         self._armed = False
-        handles = self._heads.pop(address, [])
-        for handle in handles:
-            self._del_code_hook(handle)
-        self._alias_waiting = [w for w in self._alias_waiting if w[2] is not handles]
+        remove = self._heads.pop(address, None)
+        if remove is not None:
+            remove()
         self._suspended[address] = self.board.now + HEAD_SUSPEND
 
     def _resume_heads(self) -> None:
@@ -1181,7 +1391,7 @@ class Core:
         for pc, until in list(self._suspended.items()):
             if self.board.now >= until:
                 del self._suspended[pc]
-                self._heads[pc] = self._hook(pc, self._on_idle_head, None)
+                self._heads[pc] = self._add_site(pc, self._on_idle_head)
 
     def _at_wfi(self, pc: int) -> bool:
         """Did the slice stop (at ``pc``) after a ``wfi``? (Asked after most slices: the
