@@ -21,6 +21,7 @@ from test_sim_core import (
     T5,
     T6,
     WFI,
+    _record_transmits,
     addi,
     auipc,
     csrrs,
@@ -141,18 +142,6 @@ def echo_program(handler_in_alias: bool) -> bytes:
     )
 
 
-def _record_transmits(monkeypatch, board) -> list[tuple[float, bytes]]:
-    sent: list[tuple[float, bytes]] = []
-    transmit = board.board_transmit
-
-    def record(data: bytes, t: float, baud: float) -> None:
-        sent.append((t, data))
-        transmit(data, t, baud)
-
-    monkeypatch.setattr(board, "board_transmit", record)
-    return sent
-
-
 def _counts(board) -> tuple[int, ...]:
     core = board.status()["core"]
     return tuple(core[k] for k in ("instructions", "slices", "traps", "idle_skips"))
@@ -233,20 +222,25 @@ def test_kflash_stub_keeps_its_times_and_counts_with_hooks_on_blocks(monkeypatch
     assert reference[2] >= 5 and fast[2] == 0
 
 
+def _busy_loop(patch, code_hooks: bool):
+    """A board running a four-instruction busy loop at SRAM_BASE (hooked instructions
+    added later go through code hooks if ``code_hooks``): its port, board and core."""
+    if code_hooks:
+        patch.setattr(Core, "_add_site", Core._add_code_site)
+    port = open_isp()
+    board = port.sim_board
+    upload_and_boot(port, program(addi(S1, S1, 1), addi(T1, T1, 3), addi(T2, T2, 5), jal(0, -12)))
+    read_for(port, 0.02)
+    core = board.core
+    assert core is not None
+    return port, board, core
+
+
 def _visits(monkeypatch, code_hooks: bool):
     """A busy loop with two hooked instructions whose handlers only record the time
     (they never move the pc): one at the loop's head (a block start), one inside."""
     with monkeypatch.context() as patch:
-        if code_hooks:
-            patch.setattr(Core, "_add_site", Core._add_code_site)
-        port = open_isp()
-        board = port.sim_board
-        upload_and_boot(
-            port, program(addi(S1, S1, 1), addi(T1, T1, 3), addi(T2, T2, 5), jal(0, -12))
-        )
-        read_for(port, 0.02)
-        core = board.core
-        assert core is not None
+        port, board, core = _busy_loop(patch, code_hooks)
         seen: list[tuple[str, float]] = []
         for name, addr in (("head", SRAM_BASE), ("inside", SRAM_BASE + 8)):
             core._add_site(addr, lambda _a, name=name: seen.append((name, core._time())) and False)
@@ -270,16 +264,7 @@ def _jumps(monkeypatch, code_hooks: bool, inside_first: bool):
     from unicorn import riscv_const as rv
 
     with monkeypatch.context() as patch:
-        if code_hooks:
-            patch.setattr(Core, "_add_site", Core._add_code_site)
-        port = open_isp()
-        board = port.sim_board
-        upload_and_boot(
-            port, program(addi(S1, S1, 1), addi(T1, T1, 3), addi(T2, T2, 5), jal(0, -12))
-        )
-        read_for(port, 0.02)
-        core = board.core
-        assert core is not None
+        port, board, core = _busy_loop(patch, code_hooks)
         seen: list[tuple[str, float]] = []
 
         def jump(address: int) -> bool:
