@@ -45,3 +45,18 @@ def test_virtual_time_does_not_depend_on_the_flash_files_path(tmp_path: Path) ->
     }
     assert all(row.ok for row in times.values())
     assert times[False].total_s == times[True].total_s
+
+
+def test_bench_sim_speed_repeats_cases_and_sums_them_up(monkeypatch, capsys) -> None:
+    """``--repeat 2`` runs each case twice, round-robin, with the same exact virtual time,
+    and closes with each case's median and lowest CPU s per virtual s."""
+    import bench_sim_speed
+
+    argv = ["bench_sim_speed.py", "--size", "4K", "--case", "kflashpy@3000000", "--repeat", "2"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert bench_sim_speed.main() == 0
+    lines = capsys.readouterr().out.splitlines()
+    runs = [line.split() for line in lines if line.startswith("kflashpy@3000000")]
+    assert len(runs) == 3 and runs[0][1] == runs[1][1]  # two runs, one summary
+    median, lowest = float(runs[2][1]), float(runs[2][2])
+    assert 0 < lowest <= median
