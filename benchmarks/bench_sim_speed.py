@@ -9,9 +9,10 @@ seconds per virtual second simulated (the emulator's modules are imported before
 first case and their import time printed apart). For kflashpy's flasher that divides by all the
 board time the run simulated, the check hash and the reboot after the burn included
 (their host time is in the run too; the printed burn time leaves them out). Run it from
-two checkouts to compare (``--repeat N`` runs the cases N times round-robin and adds
-each case's median and lowest ratio: the machine's noise is other jobs, which only ever
-add host time)::
+two checkouts to compare, alternating the checkouts' runs (the machine's load changes
+from minute to minute: a block of one checkout's runs, then the other's, can differ by
+a third either way); ``--repeat N`` runs the cases N times round-robin within one run
+and adds each case's median and lowest ratio (other jobs only ever add host time)::
 
     python benchmarks/bench_sim_speed.py --size 256K
     PYTHONPATH=/path/to/old/checkout python benchmarks/bench_sim_speed.py --size 256K
