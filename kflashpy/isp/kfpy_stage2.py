@@ -26,6 +26,7 @@ import hashlib
 import struct
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -34,7 +35,7 @@ from ..progress import Progress, ProgressFn, report
 from ..stub import FlasherBuild
 from ..stub import load as load_build
 from ..target import k210
-from .frames import FlashOp, Status, build_request, crc32, parse_response
+from .frames import FlashOp, Response, Status, build_request, crc32, parse_response
 from .link import Link
 from .slip import SlipDecoder
 from .stage2 import (
@@ -406,6 +407,20 @@ def _seen(failures: list[str], diagnosis: str) -> str:
     return diagnosis + "; a lower baud rate (-b) may help"
 
 
+def _received(
+    read: Callable[[], tuple[Response, bytes]], failures: list[str]
+) -> tuple[Response, bytes] | None:
+    """``read()``'s reply and checked payload; None, with why noted in ``failures``,
+    when no reply came or it came damaged (a try of a retry loop that failed)."""
+    try:
+        return read()
+    except NoResponseError:
+        failures.append("no reply")
+    except _BadReply:
+        failures.append("damaged reply")
+    return None
+
+
 def _payload(resp) -> bytes:
     """Check the trailing CRC-32 of an extension reply and return what it covers."""
     extra = resp.extra
@@ -516,19 +531,19 @@ class KfpyStage2(Stage2):
         tries: int = RETRIES + 1,
     ):
         """One extension request with CRC-checked reply; resends on damage or loss."""
-        failures = []
+        failures: list[str] = []
         for _ in range(tries):
             start = self.link.now()
             self.link.send(op, address, data)
-            try:
+
+            def read(start: float = start) -> tuple[Response, bytes]:
                 resp = self.link.recv(op, timeout * self.slowness, extra_len=None)
                 self._observe(self.link.now() - start, timeout)
-                payload = _payload(resp)
-            except NoResponseError:
-                failures.append("no reply")
-            except _BadReply:
-                failures.append("damaged reply")
-            else:
+                return resp, _payload(resp)
+
+            got = _received(read, failures)
+            if got is not None:
+                resp, payload = got
                 if resp.status == Status.OK:
                     return payload
                 if resp.status != Status.BAD_DATA_CHECKSUM:
@@ -629,23 +644,24 @@ class KfpyStage2(Stage2):
         ticks = min(int(wait * BOOT_MTIME_HZ), 0xFFFF_FFFF)
         header = struct.pack("<III", len(piece), crc32(piece), ticks)
         done = struct.pack("<II", address, len(piece))
-        failures = []
+        failures: list[str] = []
         for _ in range(tries):
             start = self.link.now()
             self.link.send(KfpyOp.LOAD, address, header, tail=piece)
             # the board answers within its wait, even when bytes went missing
             timeout = wait + COMMAND_TIMEOUT * self.slowness
-            try:
+
+            def read(timeout: float = timeout) -> tuple[Response, bytes]:
                 resp = self.link.recv(KfpyOp.LOAD, timeout, extra_len=None)
                 payload = _payload(resp)
                 if resp.status == Status.OK and not payload:  # "ready" (if it was not lost)
                     resp = self.link.recv(KfpyOp.LOAD, timeout, extra_len=None)
                     payload = _payload(resp)
-            except NoResponseError:
-                failures.append("no reply")
-            except _BadReply:
-                failures.append("damaged reply")
-            else:
+                return resp, payload
+
+            got = _received(read, failures)
+            if got is not None:
+                resp, payload = got
                 if resp.status == Status.OK and payload == done:
                     # ~wire time plus a USB round trip on a real board
                     return (self.link.now() - start) / (wire + 0.02)
