@@ -30,13 +30,19 @@ from typing import Any
 import numpy as np
 from unicorn import (
     UC_ARCH_RISCV,
+    UC_CTL_IO_WRITE,
+    UC_CTL_TLB_FLUSH,
     UC_HOOK_BLOCK,
     UC_HOOK_CODE,
     UC_HOOK_INTR,
     UC_HOOK_MEM_WRITE,
+    UC_HOOK_TLB_FILL,
+    UC_MEM_FETCH,
     UC_MODE_RISCV64,
     UC_PROT_ALL,
-    UC_TLB_CPU,
+    UC_PROT_EXEC,
+    UC_PROT_READ,
+    UC_PROT_WRITE,
     UC_TLB_VIRTUAL,
     Uc,
     UcError,
@@ -80,7 +86,7 @@ MTIME_DIVIDER = k210.MTIME_DIVIDER  # a module global: _mtime runs on every mtim
 # counter can be read (see icount.py); otherwise a slice a device or the idle detector
 # stops early is counted as half a slice, and short slices keep that error small.
 MAX_SLICE_S = 20e-6
-# Longest slice of a polled program (Core._pick_tlb) while mstatus.MIE is clear and no
+# Longest slice of a polled program (Core._judge_polled) while mstatus.MIE is clear and no
 # DMA channel is armed: no interrupt can be taken between its slices and no block brings
 # items it could see in memory meanwhile (docs/simulator.md, "The DMAC": kflashpy's
 # flasher watches its receive buffer fill), so their length changes nothing it observes
@@ -88,7 +94,7 @@ MAX_SLICE_S = 20e-6
 POLLED_SLICE_S = 1e-3
 IDLE_TRACE = 64  # longest wait loop (instructions) the idle detector recognises
 MAX_IDLE_HEADS = 16
-TLB_PICK_SLICES = 1024  # slices after which a program without interrupts gets the CPU TLB
+POLLED_AFTER_SLICES = 1024  # slices after which a program that took no trap is polled
 MAX_LOOP_PROBES = 4096  # slice-end PCs looked at for counting loops (then no more)
 LEARN_BACKOFF = 2e-3  # virtual seconds between two loop tracings that found no idle loop
 HEAD_PATIENCE = 256  # wait-loop visits per slice before a busy loop's hook is suspended
@@ -155,10 +161,18 @@ _CODE_AT = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint64)  # (engine, address)
 _CODE = ctypes.CFUNCTYPE(None, _ENGINE)  # a code hook that knows its address
 _BLOCK = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint64, ctypes.c_uint32)  # (address, size)
 _INTR = ctypes.CFUNCTYPE(None, _ENGINE, ctypes.c_uint32)
+# (engine, page address, access type, where the entry goes) -> filled
+_TLB_FILL = ctypes.CFUNCTYPE(ctypes.c_bool, _ENGINE, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p)
 # (engine, access type, address, size, value)
 _STORE = ctypes.CFUNCTYPE(
     None, _ENGINE, ctypes.c_int, ctypes.c_uint64, ctypes.c_int, ctypes.c_int64
 )
+
+
+class _TlbEntry(ctypes.Structure):
+    """unicorn's ``uc_tlb_entry``: what a TLB-fill hook returns."""
+
+    _fields_ = (("paddr", ctypes.c_uint64), ("perms", ctypes.c_uint32))
 
 
 def _signed(value: int, bits: int) -> int:
@@ -282,10 +296,10 @@ class Core:
         self._interrupted = False  # Ctrl-C arrived while the engine ran (see run)
         self._asleep = False  # stopped in wfi, waiting for an interrupt (see _wfi_wake)
         uc = self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV64)
-        # see _pick_tlb (mypy reads unicorn's Python 2 module, which lacks the method)
+        # see _fill_sram_tlb (mypy reads unicorn's Python 2 module, which lacks the method)
         uc.ctl_set_tlb_mode(UC_TLB_VIRTUAL)  # type: ignore[attr-defined]
-        self._tlb_picked = False
-        self._polled = False  # see _pick_tlb
+        self._polled_judged = False
+        self._polled = False  # see _judge_polled
         self._long_slice = False  # the running slice may last POLLED_SLICE_S
         self._uch = uc._uch
         self._val = ctypes.c_uint64()
@@ -299,8 +313,14 @@ class Core:
         # the store watcher's callback, made once: hooks come and go many times a second
         self._store_ptr = _STORE(self._store_watcher())
         self._keep.append(self._store_ptr)
+        self.code_pages: set[int] = set()  # SRAM pages (offset // 4 KiB) code ran from
+        fill = _TLB_FILL(self._fill_sram_tlb())
+        self._keep.append(fill)
+        self._sram_fills: list[int] = []  # the hooks of _fill_sram_tlb while installed
         for base in (SRAM_BASE, SRAM_ALIAS):
             uc.mem_map_ptr(base, SRAM_SIZE, UC_PROT_ALL, board.sram.host_address)
+            end = base + SRAM_SIZE - 1
+            self._sram_fills.append(self._add_hook(fill, base, end, UC_HOOK_TLB_FILL))
 
         self.sysctl = Sysctl(self._clock_changed, self._request_soft_reset)
         self.fpioa = Fpioa(self._route)
@@ -1187,8 +1207,8 @@ class Core:
                 self._find_counting_loop(pc)
             if self._suspended:
                 self._resume_heads()
-            if not self._tlb_picked and self.slices >= TLB_PICK_SLICES:
-                self._pick_tlb()
+            if not self._polled_judged and self.slices >= POLLED_AFTER_SLICES:
+                self._judge_polled()
             if self._error is not None:
                 raise self._error
             if self._interrupted:
@@ -1255,32 +1275,82 @@ class Core:
             due = math.nextafter(due, math.inf)
         return due
 
-    def _pick_tlb(self) -> None:
-        """Keep unicorn's virtual TLB for a program that takes interrupts, go back to the
-        CPU TLB for one that has not taken any after its first slices. Under the CPU TLB
-        every guest store takes unicorn's slow path (about 35 ns against a few), and an
-        interrupt handler stores all its registers on every entry (some 100 stores per
-        byte the kflash stub receives); the virtual TLB only helps when set before the
-        engine first runs. Under it a TLB refill costs more instead, which a polled
-        program doing little but MMIO (kflashpy's flasher) pays more often than it gains
-        on its few stores. The hart runs in M mode without translation or PMP, so both
-        map addresses one to one: the choice changes host time only, never what the
-        guest sees.
-
-        Such a polled program also runs in slices of up to :data:`POLLED_SLICE_S` from
-        then on while mstatus.MIE is clear and no DMA channel is armed (only where the
-        instruction counter is exact: the fallback counts a slice stopped early as half
-        its budget)."""
-        self._tlb_picked = True
+    def _judge_polled(self) -> None:
+        """A program that has taken no trap in its first :data:`POLLED_AFTER_SLICES`
+        slices is polled: from then on it runs in slices of up to
+        :data:`POLLED_SLICE_S` while mstatus.MIE is clear and no DMA channel is armed
+        (only where the instruction counter is exact: the fallback counts a slice
+        stopped early as half its budget). One that has taken traps loses
+        :meth:`_fill_sram_tlb` (host time only, see there)."""
+        self._polled_judged = True
         if not self.traps:
-            self.uc.ctl_set_tlb_mode(UC_TLB_CPU)  # type: ignore[attr-defined]
             self._polled = self._count_cell is not None
+            return
+        for handle in self._sram_fills:
+            _uc_hook_del(self._uch, handle)
+        self._sram_fills.clear()
+        self._flush_tlb()  # no entry on the fast path is left (see _watch_stores)
+
+    def _flush_tlb(self) -> None:
+        self.uc.ctl(UC_CTL_TLB_FLUSH, UC_CTL_IO_WRITE)
+
+    def _fill_sram_tlb(self) -> Any:
+        """The TLB-fill hook of both SRAM views: identity-mapped, readable and writable,
+        executable only on pages code has been fetched from (:attr:`code_pages`).
+
+        Why: unicorn 2.1.4 (``notdirty_write``) sends every store to a page through its
+        slow path (a lookup of the memory region, a check for translated code to drop)
+        for as long as the page's TLB entry also allows execution, and its CPU TLB gives
+        every page read, write and execute in M mode. Its virtual TLB without a hook
+        gives an entry only the access that missed, so a load after a store refills it.
+        With this hook a data page gets one read/write entry whose stores take the fast
+        path after the first (the flasher's buffers, an interrupt handler's stack).
+
+        Exactness (self-modifying code): a block is only translated from a page after an
+        instruction fetch has filled its entry, which makes it a code page for good, and
+        unicorn drops any other entry of that page address, victim copies included. So
+        every store to a page with translated code still goes through the slow path
+        and drops the code it overwrites. (A store through the other view never did:
+        the views are two mappings, and unicorn keys translated code by mapping.)
+        While a memory hook is installed unicorn keeps refilled entries off the fast
+        path, but an entry already on it would pass the hook by: the store watcher
+        (:meth:`_watch_stores`) empties the TLB when it starts. The hart runs in M mode
+        without translation or PMP: the guest sees the same memory with or without the
+        hook; only host time changes.
+
+        Only polled programs keep it (:meth:`_judge_polled`). One that takes interrupts
+        and waits for them in a loop starts the store watcher often (the kflash stub:
+        once per 16 bytes received), and emptying the TLB each time (a large memset,
+        then refills) cost more than its faster stores saved. Without the hook,
+        unicorn's virtual TLB gives an entry only the access that missed, so a
+        load-modify-store of a cell always refills the entry and its first store is
+        seen by the watcher, and that is all the watcher needs. State bound: it runs
+        once per refill of an SRAM page (a few hundred times per burn)."""
+        pages = self.code_pages
+        entry = _TlbEntry()
+        src, size, memmove = ctypes.addressof(entry), ctypes.sizeof(entry), ctypes.memmove
+        data, code = UC_PROT_READ | UC_PROT_WRITE, UC_PROT_READ | UC_PROT_WRITE | UC_PROT_EXEC
+
+        def fill(_h: object, page: int, access: int, out: int) -> bool:
+            index = (page & (SRAM_SIZE - 1)) >> 12
+            if access == UC_MEM_FETCH:
+                pages.add(index)
+            entry.paddr = page
+            entry.perms = code if index in pages else data
+            memmove(out, src, size)
+            return True
+
+        return fill
 
     def _watch_stores(self, on: bool) -> None:
         """Count guest stores to memory while ``on`` (a memory hook slows every store, so
         it is only installed while a wait loop is being confirmed)."""
         if on and self._store_hook is None:
             self._store_hook = self._add_hook(self._store_ptr, 1, 0, UC_HOOK_MEM_WRITE)
+            if self._sram_fills:
+                # a store through a TLB entry already on the fast path would pass the
+                # hook by (see _fill_sram_tlb); refilled ones stay off it meanwhile
+                self._flush_tlb()
         elif not on and self._store_hook is not None:
             _uc_hook_del(self._uch, self._store_hook)
             self._store_hook = None
