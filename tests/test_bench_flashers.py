@@ -60,3 +60,16 @@ def test_bench_sim_speed_repeats_cases_and_sums_them_up(monkeypatch, capsys) -> 
     assert len(runs) == 3 and runs[0][1] == runs[1][1]  # two runs, one summary
     median, lowest = float(runs[2][1]), float(runs[2][2])
     assert 0 < lowest <= median
+
+
+def test_bench_mmio_callback_measures_each_kind(monkeypatch, capsys) -> None:
+    """Each kind's loop runs all its loads, through the device callback where there is
+    one (per_load checks the loop counter and the callback's count; a load that faults
+    stops the engine with an error)."""
+    import bench_mmio_callback
+
+    assert bench_mmio_callback.per_load("ram", 2000) > 0
+    monkeypatch.setattr(sys, "argv", ["bench_mmio_callback.py", "--loads", "2000"])
+    assert bench_mmio_callback.main() == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["ram", "callback", "plic"]
