@@ -12,7 +12,10 @@ board time the run simulated, the check hash and the reboot after the burn inclu
 two checkouts to compare, alternating the checkouts' runs (the machine's load changes
 from minute to minute: a block of one checkout's runs, then the other's, can differ by
 a third either way); ``--repeat N`` runs the cases N times round-robin within one run
-and adds each case's median and lowest ratio (other jobs only ever add host time)::
+and adds each case's median and lowest ratio (other jobs only ever add host time);
+``--phases`` adds, per case, the host CPU and board time of the core's slices split by
+whether bytes were on their way to the board as each run of slices began ("receiving")
+or not ("other": flash programming, replies, waits)::
 
     python benchmarks/bench_sim_speed.py --size 256K
     PYTHONPATH=/path/to/old/checkout python benchmarks/bench_sim_speed.py --size 256K
@@ -84,6 +87,44 @@ def kflash_stub_burn(data: bytes, baud: int) -> float:
     return seconds
 
 
+class Phases:
+    """Host CPU and board seconds of ``Core._run`` calls, by whether bytes were on their
+    way to the board when each began (a wrapper installed for the run's duration)."""
+
+    def __init__(self) -> None:
+        self.host: dict[str, float] = {}
+        self.board: dict[str, float] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        self.host = {"receiving": 0.0, "other": 0.0}
+        self.board = {"receiving": 0.0, "other": 0.0}
+
+    def install(self) -> None:
+        from kflashpy.sim.core import Core
+
+        run = Core._run
+        phases = self
+
+        def timed(core: Core, t_end: float) -> None:
+            phase = "receiving" if core.board.to_board.pending() else "other"
+            cpu, now = time.process_time(), core.board.now
+            try:
+                run(core, t_end)
+            finally:
+                phases.host[phase] += time.process_time() - cpu
+                phases.board[phase] += core.board.now - now
+
+        Core._run = timed  # type: ignore[method-assign]
+
+    def lines(self) -> list[str]:
+        return [
+            f"  {phase:10} {self.host[phase]:8.2f} host s {self.board[phase]:8.3f} board s"
+            f" {self.host[phase] / self.board[phase] if self.board[phase] else 0:6.2f}"
+            for phase in self.host
+        ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="256K", help="bytes burnt per case (default 256K)")
@@ -94,6 +135,11 @@ def main() -> int:
         default=1,
         help="rounds over the cases; then each case's median and lowest CPU s per virtual s"
         " (this machine's noise is mostly other jobs: the lowest is the least disturbed)",
+    )
+    ap.add_argument(
+        "--phases",
+        action="store_true",
+        help="per case, the core's host CPU and board time receiving and otherwise",
     )
     args = ap.parse_args()
     size = parse_int(args.size, "size")
@@ -108,7 +154,11 @@ def main() -> int:
     print(f"one-time import of the emulator: {time.process_time() - cpu:.2f} s CPU")
     print(f"{'case':22} {'virtual s (exact)':>22} {'host s':>8} {'host/virt':>9} {'cpu/virt':>9}")
     ratios: dict[str, list[float]] = {}
+    phases = Phases()
+    if args.phases:
+        phases.install()
     for client, baud in [case for _ in range(args.repeat) for case in cases]:
+        phases.reset()
         wall, cpu = time.perf_counter(), time.process_time()
         if client == "kflashpy":
             with tempfile.TemporaryDirectory() as tmp:
@@ -123,6 +173,8 @@ def main() -> int:
             f"{wall / simulated:9.2f} {cpu / simulated:9.2f}",
             flush=True,
         )
+        if args.phases:
+            print("\n".join(phases.lines()))
         ratios.setdefault(f"{client}@{baud}", []).append(cpu / simulated)
     if args.repeat > 1:
         print(f"{'case':22} {'median cpu/virt':>22} {'lowest':>8}")

@@ -73,3 +73,22 @@ def test_bench_mmio_callback_measures_each_kind(monkeypatch, capsys) -> None:
     assert bench_mmio_callback.main() == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["ram", "callback", "plic"]
+
+
+def test_bench_sim_speed_splits_the_cores_time_by_phase(monkeypatch, capsys) -> None:
+    """``--phases``: each case is followed by the core's host and board time while bytes
+    were coming and otherwise; a burn spends board time in both, and the wrapper it
+    installs on Core._run is taken off again by monkeypatch."""
+    import bench_sim_speed
+
+    from kflashpy.sim.core import Core
+
+    monkeypatch.setattr(Core, "_run", Core._run)
+    argv = ["bench_sim_speed.py", "--size", "4K", "--case", "kflashpy@3000000", "--phases"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert bench_sim_speed.main() == 0
+    lines = capsys.readouterr().out.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith("kflashpy@3000000"))
+    rows = {line.split()[0]: line.split() for line in lines[i + 1 : i + 3]}
+    assert set(rows) == {"receiving", "other"}
+    assert all(float(row[4]) > 0 for row in rows.values())  # board seconds in each
