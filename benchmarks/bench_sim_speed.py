@@ -89,7 +89,7 @@ def kflash_stub_burn(data: bytes, baud: int) -> float:
 
 class Phases:
     """Host CPU and board seconds of ``Core._run`` calls, by whether bytes were on their
-    way to the board when each began (a wrapper installed for the run's duration)."""
+    way to the board when each began (a wrapper :meth:`install` puts on ``Core._run``)."""
 
     def __init__(self) -> None:
         self.host: dict[str, float] = {}
