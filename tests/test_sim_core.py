@@ -352,10 +352,11 @@ def test_sram_tlb_fill_kept_by_polled_programs_only() -> None:
 
 def test_code_written_at_run_time_runs_as_written() -> None:
     """Core._fill_sram_tlb gives pages only stored to a TLB entry whose stores skip
-    unicorn's check for translated code. A routine copied into such a page must still
-    run as copied, and rewritten after it ran, run as rewritten, also when the TLB entry
-    the rewriting store uses is a new one (a stale translation would print "AA"); the pages code ran from are known as code, the one only written
-    to is not."""
+    unicorn's check for translated code (all but the first through the entry). A
+    routine copied into such a page must still run as copied, and rewritten after it
+    ran, run as rewritten, also through a new TLB entry that has already taken a store
+    (a stale translation would print "AA"); the pages code ran from are known as code,
+    the one only written to is not."""
     ret, fence_i = jalr(0, 1, 0), 0x0000_100F
     code = program(
         auipc(T0),  # 0x00: the program's page
@@ -389,6 +390,7 @@ def test_code_written_at_run_time_runs_as_written() -> None:
     assert port.sim_board.core.code_pages == {0, 2}
 
 
+# --------------------------------------------------------------------------- the PyPI kflash stub
 def frame(op: int, address: int = 0, data: bytes = b"", data_len: int | None = None) -> bytes:
     return encode(build_request(op, address, data, data_len))
 
