@@ -630,7 +630,8 @@ class KfpyStage2(Stage2):
         The request (CRC-checked like any other) announces the payload: its length, its
         CRC-32 and how long the board waits for it; the payload follows at once, raw, in
         the same write (no round trip, no gap of the host's: the board arms its DMA as
-        the request ends, the bytes that came meanwhile wait in the FIFO). The board answers "ready" (no payload) when armed,
+        the request ends, the bytes that came meanwhile wait in the FIFO). The board
+        answers "ready" (no payload) when armed,
         then address and length once it has the payload and its CRC matches (``E2``
         otherwise: damaged, or cut short when the wait ran out, e.g. a byte lost on the
         way). A request damaged on the way is answered ``E2`` and its payload read as
